@@ -164,7 +164,7 @@ class DraftHead(nn.Module):
             raise EagleMiniError(f"{d} is not a draft head directory (no config.json)")
         cfg = json.loads((d / "config.json").read_text())
         tc = cfg["target_config"]
-        target_config = AutoConfig.for_model(tc.pop("model_type"), **tc)
+        target_config = AutoConfig.for_model(**tc)
         tensors = load_file(d / "model.safetensors")
         head = cls(target_config, fc_bias=cfg["fc_bias"], draft_vocab=tensors.pop("draft_to_target"),
                    input_mode=cfg.get("input_mode", "feature+token"),
