@@ -35,6 +35,17 @@ def add_target_args(p):
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
 
 
+METHOD_NAMES = ["vanilla", "eagle-chain", "eagle", "eagle2"]
+
+
+def add_head_args(p):
+    p.add_argument("--head", default=None,
+                   help="draft head directory (default: the shipped head for the target, if any)")
+    p.add_argument("--tree", default=None,
+                   help="tree spec: eagle1 | chain:K | JSON choices | file.json | "
+                        "dynamic:TOTAL,DEPTH,TOPK (overrides the method's default tree)")
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="eagle-mini", description="EAGLE speculative decoding, small and tested.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -43,7 +54,8 @@ def build_parser() -> Parser:
     add_target_args(g)
     g.add_argument("--prompt", required=True, help="user message (goes through the chat template)")
     g.add_argument("--max-new-tokens", type=positive_int, default=128)
-    g.add_argument("--method", default="vanilla", choices=["vanilla"])
+    g.add_argument("--method", default="vanilla", choices=METHOD_NAMES)
+    add_head_args(g)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
@@ -64,6 +76,16 @@ def build_parser() -> Parser:
     add_target_args(d)
     d.add_argument("--prompt", default="Explain in three sentences why the sky is blue.")
     d.add_argument("--max-new-tokens", type=positive_int, default=96)
+    add_head_args(d)
+
+    c = sub.add_parser("check-lossless",
+                       help="EAGLE greedy == vanilla greedy on many MT-bench prompts (writes JSON)")
+    add_target_args(c)
+    add_head_args(c)
+    c.add_argument("--n", type=positive_int, default=20, help="number of MT-bench prompts")
+    c.add_argument("--max-new-tokens", type=positive_int, default=64)
+    c.add_argument("--methods", default="eagle,eagle2")
+    c.add_argument("--out", default="data/results/check_lossless.json")
     return parser
 
 
@@ -75,22 +97,59 @@ def load(args):
     return load_target(args.model, dtype=args.dtype, device=args.device)
 
 
+def run_method(target, head, method, prompt, max_new_tokens, tree=None, **kw):
+    """One generation with a CLI method name; `tree` overrides the method's default tree."""
+    from .decode import generate, generate_vanilla
+    if method == "vanilla":
+        return generate_vanilla(target, prompt, max_new_tokens, **kw)
+    gen = generate(target, head, prompt, max_new_tokens, tree=tree or method, **kw)
+    gen.stats["method"] = method
+    return gen
+
+
+def load_head(args, target):
+    """--head DIR, else the shipped head for the target, else a random head (said loudly)."""
+    from .heads import default_head
+    head, note = default_head(target, args.head, tree=args.tree)
+    return head, note
+
+
 def cmd_generate(args):
-    from .decode import generate_vanilla
+    tree = parse_tree_arg(args.tree)  # a bad spec fails before any loading
     target = load(args)
-    streamer = None
-    if not args.json:
-        streamer = _text_streamer(target)
-    gen = generate_vanilla(target, args.prompt, args.max_new_tokens, temperature=args.temperature,
-                           top_p=args.top_p, top_k=args.top_k, seed=args.seed, streamer=streamer)
+    head = None
+    if args.method != "vanilla":
+        head, note = load_head(args, target)
+        print(note, file=sys.stderr)
+    streamer = None if args.json else _text_streamer(target)
+    gen = run_method(target, head, args.method, args.prompt, args.max_new_tokens,
+                     tree=tree, temperature=args.temperature,
+                     top_p=args.top_p, top_k=args.top_k, seed=args.seed, streamer=streamer)
     if args.json:
+        stats = {k: v for k, v in gen.stats.items() if k != "confidence_accepted"}
         print(json.dumps({"prompt_ids": gen.prompt_ids, "output_ids": gen.output_ids,
-                          "text": gen.text, "stats": gen.stats}))
+                          "text": gen.text, "stats": stats}))
     else:
         print()
         s = gen.stats
         print(f"[{args.method}] {s['new_tokens']} tokens in {s['seconds']:.2f} s = "
               f"{s['tokens_per_second']:.1f} tok/s, tau {s['tau']:.2f}", file=sys.stderr)
+
+
+def parse_tree_arg(spec):
+    """--tree text -> what `generate` takes ("dynamic:T,D,K" -> DynamicTree)."""
+    if spec is None:
+        return None
+    if spec.startswith("dynamic:"):
+        from .draft import DynamicTree
+        try:
+            total, depth, topk = (int(x) for x in spec.split(":", 1)[1].split(","))
+        except ValueError:
+            raise EagleMiniError(f"--tree {spec!r}: use dynamic:TOTAL,DEPTH,TOPK, "
+                                 "e.g. dynamic:16,5,4") from None
+        return DynamicTree(total, depth, topk)
+    from .tree import parse_tree
+    return parse_tree(spec)
 
 
 def _text_streamer(target):
@@ -123,14 +182,56 @@ def cmd_profile_target(args):
 
 
 def cmd_demo(args):
-    from .decode import generate_vanilla
+    """The same prompt with vanilla and with EAGLE-2: equal texts, tau and the speedup."""
     target = load(args)
-    print(f"target: {target.name} ({target.dtype}, {target.device})")
+    head, note = load_head(args, target)
+    print(f"target: {target.name} ({str(target.dtype).replace('torch.', '')}, {target.device})")
+    print(f"head:   {note}")
     print(f"prompt: {args.prompt}\n")
-    gen = generate_vanilla(target, args.prompt, args.max_new_tokens, streamer=_text_streamer(target))
-    s = gen.stats
-    print(f"\n\nvanilla greedy: {s['new_tokens']} tokens in {s['seconds']:.2f} s = "
-          f"{s['tokens_per_second']:.1f} tok/s")
+    run_method(target, head, "eagle2", "Hi!", 8)  # warm-up: first calls pay one-off costs
+    van = run_method(target, head, "vanilla", args.prompt, args.max_new_tokens,
+                     streamer=_text_streamer(target))
+    print("\n")
+    tree = parse_tree_arg(args.tree)
+    eag = run_method(target, head, "eagle2", args.prompt, args.max_new_tokens, tree=tree)
+    v, e = van.stats, eag.stats
+    print(f"vanilla greedy : {v['new_tokens']} tokens, {v['tokens_per_second']:.1f} tok/s, "
+          f"tau {v['tau']:.2f}")
+    print(f"EAGLE-2 greedy : {e['new_tokens']} tokens, {e['tokens_per_second']:.1f} tok/s, "
+          f"tau {e['tau']:.2f} (mean accepted per cycle {e['mean_cycle_length']:.2f}, "
+          f"tree {e['tree']})")
+    print(f"identical text : {van.output_ids == eag.output_ids}")
+    print(f"speedup        : {v['seconds'] / e['seconds']:.2f}x (wall time, this machine)")
+
+
+def cmd_check_lossless(args):
+    """The large greedy-losslessness check, with a JSON record of every prompt."""
+    from pathlib import Path
+    from .data import mtbench_prompts
+    from .profile import machine_info
+    target = load(args)
+    head, note = load_head(args, target)
+    methods = [m.strip() for m in args.methods.split(",")]
+    rows, ok = [], True
+    for i, prompt in enumerate(mtbench_prompts()[:args.n]):
+        ref = run_method(target, head, "vanilla", prompt, args.max_new_tokens)
+        row = {"prompt": i, "vanilla_tokens": len(ref.output_ids)}
+        for m in methods:
+            gen = run_method(target, head, m, prompt, args.max_new_tokens,
+                             tree=parse_tree_arg(args.tree))
+            row[m] = {"identical": gen.output_ids == ref.output_ids, "tau": gen.stats["tau"]}
+            ok &= row[m]["identical"]
+        rows.append(row)
+        print(f"prompt {i:2d}: " + "  ".join(f"{m} {'ok' if row[m]['identical'] else 'DIFFERS'} "
+                                            f"tau {row[m]['tau']:.2f}" for m in methods), flush=True)
+    result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "target": target.name,
+              "head": note, "max_new_tokens": args.max_new_tokens, "all_identical": ok,
+              "rows": rows, "machine": machine_info()}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"all identical: {ok}; wrote {args.out}")
+    if not ok:
+        raise EagleMiniError("EAGLE output differs from vanilla greedy (see the JSON)")
 
 
 def cmd_prepare(args):
@@ -138,7 +239,7 @@ def cmd_prepare(args):
     print(f"{args.model}: ready in {resolve(args.model)}")
 
 
-COMMANDS = {"prepare": cmd_prepare, "generate": cmd_generate, "profile-target": cmd_profile_target, "demo": cmd_demo}
+COMMANDS = {"prepare": cmd_prepare, "check-lossless": cmd_check_lossless, "generate": cmd_generate, "profile-target": cmd_profile_target, "demo": cmd_demo}
 
 
 def main(argv=None) -> int:

@@ -8,8 +8,8 @@ with the true features from the verification forward, `Drafter.extend`).
 A node's children come from the head's distribution at that node:
 * greedy / EAGLE-2 trees: the deterministic top-k of the draft distribution;
 * EAGLE-1 trees at T > 0: drawn *without replacement* from the warped draft distribution q (the
-  child of rank j is the j-th draw) -- the condition for multi-round speculative sampling to be
-  lossless (`verify.SampledTreeRule`).
+  j-th child in rank order is the j-th draw, so ranks [0, 2] take draws 0 and 1) -- the condition
+  for multi-round speculative sampling to be lossless (`verify.SampledTreeRule`).
 
 EAGLE-2 grows the tree where the draft is confident: a node's value is the product of the draft
 probabilities along its path; each step expands the top-k frontier nodes, and the tree keeps the
@@ -107,8 +107,11 @@ class Drafter:
             if parents:
                 logits = self.head.draft_logits(torch.stack([out[p] for p in parents])).float()
             for row, p in enumerate(parents):
-                kids = tree.children[p]
-                need = max(tree.ranks[c] for c in kids) + 1
+                kids = sorted(tree.children[p], key=lambda c: tree.ranks[c])
+                # Sampled children take consecutive draws: a draw skipped over a rank gap (e.g.
+                # choices [[0], [2]]) would bias the p/q rule, which removes only tried tokens from q.
+                slot = {c: j if self.sampled else tree.ranks[c] for j, c in enumerate(kids)}
+                need = max(slot.values()) + 1
                 if self.sampled:
                     q = warp(logits[row], *self.warp_args)
                     drawn = torch.multinomial(q, min(need, int((q > 0).sum())), replacement=False,
@@ -118,7 +121,7 @@ class Drafter:
                     q = logits[row].softmax(-1)
                     drawn = logits[row].topk(need).indices
                 for c in kids:
-                    r = tree.ranks[c]
+                    r = slot[c]
                     if r >= drawn.numel():
                         valid[c] = False
                         continue
