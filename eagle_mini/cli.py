@@ -86,6 +86,54 @@ def build_parser() -> Parser:
     c.add_argument("--max-new-tokens", type=positive_int, default=64)
     c.add_argument("--methods", default="eagle,eagle2")
     c.add_argument("--out", default="data/results/check_lossless.json")
+
+    f = sub.add_parser("dump-features", help="store the target's features for head training")
+    add_target_args(f)
+    f.add_argument("--target", dest="model", default="smollm2-135m", help="alias of --model")
+    f.add_argument("--data", default="sharegpt")
+    f.add_argument("--split", default="train", choices=["train", "validation", "test"])
+    f.add_argument("--max-conversations", type=positive_int, default=None)
+    f.add_argument("--max-len", type=positive_int, default=2048)
+    f.add_argument("--start", type=int, default=0, help="skip this many records of the split")
+    f.add_argument("--shard-size", type=positive_int, default=256)
+    f.add_argument("--batch-tokens", type=positive_int, default=4096)
+    f.add_argument("--out", required=True)
+
+    t = sub.add_parser("train-head", help="train a draft head (EAGLE-1 recipe); resumable")
+    add_target_args(t)
+    t.add_argument("--target", dest="model", default="smollm2-135m", help="alias of --model")
+    src = t.add_mutually_exclusive_group(required=True)
+    src.add_argument("--features", help="a dump-features directory")
+    src.add_argument("--stream", action="store_true",
+                     help="compute features on the fly from unseen train conversations")
+    t.add_argument("--out", required=True, help="where the trained head is written (bf16)")
+    t.add_argument("--work", default=None, help="checkpoints and log (default runs/<out name>)")
+    t.add_argument("--init", default=None, help="continue from this head directory")
+    t.add_argument("--start", type=int, default=None,
+                   help="first train record to stream (default: where --init stopped, else 0)")
+    t.add_argument("--steps", type=positive_int, default=1000)
+    t.add_argument("--stop-after", type=positive_int, default=None,
+                   help="do at most this many steps now (resume later with the same command)")
+    t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--warmup", type=int, default=50)
+    t.add_argument("--batch-tokens", type=positive_int, default=4096)
+    t.add_argument("--max-len", type=positive_int, default=1024)
+    t.add_argument("--draft-vocab", type=int, default=0, help="reduced draft vocabulary size")
+    t.add_argument("--ce-vocab", type=int, default=0, help="restrict the soft CE to N tokens")
+    t.add_argument("--no-fc-bias", action="store_true")
+    t.add_argument("--eval-conversations", type=positive_int, default=20)
+    t.add_argument("--eval-every", type=int, default=0)
+    t.add_argument("--ckpt-every", type=positive_int, default=50)
+    t.add_argument("--log-every", type=positive_int, default=10)
+    t.add_argument("--seed", type=int, default=0)
+
+    e = sub.add_parser("eval-head", help="top-1, n-alpha (test split) and tau (MT-bench)")
+    add_target_args(e)
+    add_head_args(e)
+    e.add_argument("--n-text", type=positive_int, default=50)
+    e.add_argument("--n-prompts", type=positive_int, default=10)
+    e.add_argument("--max-new-tokens", type=positive_int, default=64)
+    e.add_argument("--out", default=None, help="write the metrics JSON here")
     return parser
 
 
@@ -239,7 +287,39 @@ def cmd_prepare(args):
     print(f"{args.model}: ready in {resolve(args.model)}")
 
 
-COMMANDS = {"prepare": cmd_prepare, "check-lossless": cmd_check_lossless, "generate": cmd_generate, "profile-target": cmd_profile_target, "demo": cmd_demo}
+def cmd_dump_features(args):
+    from .features import dump_command
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    m = dump_command(args.model, args.data, args.split, args.max_conversations, args.max_len,
+                     args.out, args.start, args.shard_size, args.batch_tokens, args.dtype,
+                     args.device)
+    print(f"{args.out}: {json.dumps(m.get('counts', {}))}")
+
+
+def cmd_train_head(args):
+    from .recipes import train_command
+    train_command(args, load(args))
+
+
+def cmd_eval_head(args):
+    from pathlib import Path
+    from .recipes import eval_command
+    target = load(args)
+    head, note = load_head(args, target)
+    print(note, file=sys.stderr)
+    result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note,
+              **eval_command(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
+                             tree=parse_tree_arg(args.tree))}
+    print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+COMMANDS = {"prepare": cmd_prepare, "dump-features": cmd_dump_features,
+            "train-head": cmd_train_head, "eval-head": cmd_eval_head, "check-lossless": cmd_check_lossless, "generate": cmd_generate, "profile-target": cmd_profile_target, "demo": cmd_demo}
 
 
 def main(argv=None) -> int:

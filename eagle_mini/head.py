@@ -88,7 +88,7 @@ class DraftHead(nn.Module):
         check_compatible(self, target)
         weight = target.model.lm_head.weight
         full = self.draft_to_target.numel() == weight.shape[0]
-        self._shared = {"embed": target.model.model.embed_tokens,
+        self._shared = {"embed": target.model.model.embed_tokens, "target_lm_head": weight,
                         "lm_head": weight if full else weight[self.draft_to_target.to(weight.device)]}
         return self.to(device=weight.device, dtype=weight.dtype)
 

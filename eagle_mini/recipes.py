@@ -1,0 +1,139 @@
+"""End-to-end commands around the trainer: train a head, evaluate it, write its model card.
+
+`train-head` trains from stored features (`--features DIR`, the paper's way, the GPU/7B path) or
+streams features computed on the fly (`--stream`, the CPU way). A head is continued with `--init`
+(the shipped head grows run after run); checkpoints live in a work directory that is never
+committed, the exported bf16 head in `--out`.
+
+`eval-head` measures what the paper reports: top-1 and n-alpha teacher-forced on held-out ShareGPT
+text, and -- what decoding actually meets -- acceptance and tau while EAGLE-2 decodes MT-bench
+prompts (the target's own greedy continuations).
+"""
+import json
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from .errors import EagleMiniError
+from .head import DraftHead, new_head
+from .train import DumpSource, StreamingSource, TrainConfig, evaluate_head, train_head
+
+
+def frequent_tokens(target, n: int, conversations: int = 2000) -> list[int]:
+    """The n most frequent assistant (loss-masked) tokens of the first train conversations."""
+    from .data import iter_conversations
+    counts = Counter()
+    for ex in iter_conversations("train", target.tokenizer, max_len=2048,
+                                 max_conversations=conversations):
+        counts.update(t for t, m in zip(ex.input_ids, ex.loss_mask) if m)
+    ids = [t for t, _ in counts.most_common(n)]
+    rest = [t for t in range(target.vocab_size) if t not in set(ids)]
+    return sorted(ids + rest[:max(0, n - len(ids))])
+
+
+def validation_features(target, n: int, max_len: int, split: str = "validation"):
+    from .data import iter_conversations
+    from .features import compute_features
+    examples = [e for e in iter_conversations(split, target.tokenizer, max_len=max_len,
+                                              max_conversations=n) if sum(e.loss_mask)]
+    return compute_features(target, examples)
+
+
+def train_command(args, target, log=print) -> dict:
+    """Build or continue a head, train it, export it (bf16) with its metrics."""
+    cfg = TrainConfig(lr=args.lr, steps=args.steps, warmup_steps=args.warmup,
+                      batch_tokens=args.batch_tokens, max_len=args.max_len, seed=args.seed,
+                      ckpt_every=args.ckpt_every, log_every=args.log_every,
+                      eval_every=args.eval_every, ce_vocab=args.ce_vocab)
+    work = Path(args.work or Path("runs") / Path(args.out).name)
+    prior = {}
+    if args.init:
+        head = DraftHead.load(args.init, target).float()
+        prior = getattr(head, "meta", {})
+        head.attach(target)
+    else:
+        vocab = frequent_tokens(target, args.draft_vocab) if args.draft_vocab else None
+        head = new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias)
+    for p in target.model.parameters():
+        p.requires_grad_(False)
+    vocab_ids = None
+    if cfg.ce_vocab:
+        vocab_ids = torch.tensor(frequent_tokens(target, cfg.ce_vocab), device=target.device)
+    if args.features:
+        from .features import FeatureDataset
+        ds = FeatureDataset(args.features)
+        ds.check_target(target)
+        source = DumpSource(ds)
+    else:
+        start = args.start if args.start is not None else prior.get("next_train_record", 0)
+        source = StreamingSource(target, "train", max_len=cfg.max_len, cursor=start)
+    val = validation_features(target, args.eval_conversations, cfg.max_len)
+    result = train_head(head, target, source, work, cfg, stop_after=args.stop_after,
+                        evaluate_fn=lambda h: evaluate_head(h, val), vocab_ids=vocab_ids, log=log)
+    state = result["state"]
+    rounds = prior.get("rounds", []) + ([{
+        "date": time.strftime("%Y-%m-%d"), "steps": state["step"], "tokens": state["tokens_seen"],
+        "seconds": round(state["seconds"], 1), "config": asdict(cfg),
+        "source": args.features or f"stream train records from {source_start(args, prior)}",
+        "validation": result["eval"]}] if state["step"] >= cfg.steps else [])
+    meta = {"tokens_seen": prior.get("tokens_seen", 0) + (state["tokens_seen"] if rounds else 0),
+            "train_seconds": prior.get("train_seconds", 0) + (state["seconds"] if rounds else 0),
+            "rounds": rounds}
+    if not args.features:
+        meta["next_train_record"] = source.cursor
+    if state["step"] >= cfg.steps:
+        head.save(args.out, extra=meta)
+        plot_log(work / "log.jsonl", Path(args.out) / "loss_curve.png")
+        log(f"saved head to {args.out}: validation {json.dumps(result['eval'])}")
+    else:
+        log(f"stopped at step {state['step']} of {cfg.steps}; run the same command to resume")
+    return result
+
+
+def source_start(args, prior):
+    return args.start if args.start is not None else prior.get("next_train_record", 0)
+
+
+def plot_log(log_path: Path, png: Path) -> None:
+    """Loss parts and top-1 per step of the latest round."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [json.loads(r) for r in Path(log_path).read_text().splitlines()]
+    steps = [r["step"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    for ax, key in zip(axes, ("reg", "cls", "top1")):
+        ax.plot(steps, [r[key] for r in rows], lw=0.8)
+        ax.set_xlabel("optimizer step")
+        ax.set_title({"reg": "SmoothL1 feature loss", "cls": "soft CE (token) loss",
+                      "top1": "train top-1 vs target argmax"}[key], fontsize=9)
+    fig.suptitle("Draft head training (eagle_mini train-head)", fontsize=10)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+def eval_command(target, head, n_text: int = 50, n_prompts: int = 10, max_new_tokens: int = 64,
+                 max_len: int = 1024, tree=None) -> dict:
+    """Teacher-forced top-1 / n-alpha on the test split, and tau while decoding MT-bench."""
+    from .data import mtbench_prompts
+    from .decode import generate
+    text = evaluate_head(head, validation_features(target, n_text, max_len, split="test"))
+    taus, cycles, depth = [], [], Counter()
+    tries = Counter()
+    for prompt in mtbench_prompts()[:n_prompts]:
+        gen = generate(target, head, prompt, max_new_tokens, tree=tree or "eagle2")
+        taus.append(gen.stats["tau"])
+        cycles += gen.stats["cycle_lengths"]
+        for d, rate in gen.stats["acceptance_per_depth"].items():
+            depth[d] += rate
+            tries[d] += 1
+    return {"test_text": text,
+            "mtbench": {"prompts": n_prompts, "max_new_tokens": max_new_tokens,
+                        "tree": str(tree or "eagle2"), "tau": sum(taus) / len(taus),
+                        "mean_cycle_length": sum(cycles) / len(cycles),
+                        "acceptance_per_depth": {d: depth[d] / tries[d] for d in sorted(depth)}}}

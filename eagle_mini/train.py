@@ -1,0 +1,312 @@
+"""Training the draft head with the EAGLE-1 recipe (EAGLE §4; reference §2), on `accelerate`.
+
+Loss at position i, where the head reads (f_i + noise, t_{i+1}) and predicts f'_{i+1}:
+
+    L = SmoothL1(f'_{i+1}, f_{i+1}) + 0.1 * softCE(softmax(lm_head(f_{i+1})), lm_head(f'_{i+1}))
+
+averaged over positions whose token is an assistant token (loss mask). The classification part is
+a *soft* cross-entropy against the target's whole next-token distribution, not a one-hot label.
+U(-0.1, 0.1) noise on the input features makes the head robust to its own prediction errors. AdamW
+with betas (0.9, 0.95), linear warm-up, gradient clipping by value 0.5.
+
+Two data sources feed the same loop: stored features (`features.FeatureDataset`, the paper's
+offline way and the GPU/7B path) and *streaming* features computed by the target on the fly from
+conversations never seen before (the natural mode on a CPU, where features cannot be kept).
+Checkpoints hold weights, optimizer, scheduler, RNG and the data position, so a killed run resumes
+exactly. `accelerate` makes the same code run on a CPU, one GPU or `accelerate launch` over many.
+"""
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .errors import EagleMiniError
+
+
+@dataclass
+class TrainConfig:
+    lr: float = 3e-3            # the paper's 3e-5 is for 68k dialogues x 20 epochs on a 7B target
+    min_lr_ratio: float = 0.1   # cosine decay to lr * this at the end of the run
+    betas: tuple = (0.9, 0.95)
+    weight_decay: float = 0.0
+    warmup_steps: int = 50
+    steps: int = 1000
+    grad_clip_value: float = 0.5
+    noise: float = 0.1          # U(-noise, noise) on input features
+    w_cls: float = 0.1
+    batch_tokens: int = 4096    # tokens per optimizer step (conversations packed up to this)
+    max_len: int = 1024
+    ce_vocab: int = 0           # >0: restrict the soft CE to the N most frequent target tokens
+    seed: int = 0
+    log_every: int = 10
+    ckpt_every: int = 100
+    eval_every: int = 0         # 0: only at the end
+
+
+def loss_mask_positions(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Which head positions i (predicting f_{i+1}) count: those whose token t_{i+1} is assistant."""
+    return loss_mask[:, 1:].float()
+
+
+def eagle_loss(head, features, input_ids, loss_mask, noise: float = 0.1, w_cls: float = 0.1,
+               vocab_ids=None, generator=None):
+    """features: [b, T, H] true features; input_ids, loss_mask: [b, T]. -> (loss, parts)."""
+    f_in, f_out = features[:, :-1].float(), features[:, 1:].float()
+    if noise > 0:
+        u = torch.rand(f_in.shape, generator=generator, device="cpu").to(f_in.device)
+        f_in = f_in + (2 * u - 1) * noise
+    pred = head(f_in, input_ids[:, 1:])
+    weight = loss_mask_positions(loss_mask)
+    denom = weight.sum().clamp(min=1)
+    reg = (F.smooth_l1_loss(pred, f_out, reduction="none").mean(-1) * weight).sum() / denom
+    lm = head._shared["lm_head"] if vocab_ids is None else head._shared["target_lm_head"][vocab_ids]
+    with torch.no_grad():
+        target_logits = f_out @ lm.T
+        target_p = target_logits.softmax(-1)
+    draft_logits = pred @ lm.T
+    cls = (-(target_p * draft_logits.log_softmax(-1)).sum(-1) * weight).sum() / denom
+    acc = ((draft_logits.argmax(-1) == target_logits.argmax(-1)).float() * weight).sum() / denom
+    loss = reg + w_cls * cls
+    return loss, {"loss": loss.item(), "reg": reg.item(), "cls": cls.item(), "top1": acc.item(),
+                  "tokens": int(weight.sum())}
+
+
+def unrolled_predictions(head, features, input_ids, steps: int = 4):
+    """Chain drafts from every position at once, as decoding would make them (EAGLE §3.1).
+
+    Pass 0 reads true features: entry j = (f_j, t_{j+1}). Pass k reads pass k-1's prediction:
+    entry j = (p_{k-1, j-1}, t_{j+1}) at position j, and attends to the true entries 0..j-k plus
+    its own chain (pass m entry j-k+m, m = 1..k): exactly the head cache of a k-step chain draft
+    started at position j-k. Each pass is one forward appended to the same cache with that mask
+    (EAGLE-3's "training-time test" unrolls drafting the same way).
+    features: [1, T, H], input_ids: [1, T] -> list of `steps` tensors [T-1, H].
+    """
+    f, tok = features[0, :-1].float(), input_ids[0, 1:]
+    n = f.shape[0]
+    cache = head.new_cache()
+    preds = [head(f[None], tok[None], cache=cache)[0]]
+    j = torch.arange(n)
+    for k in range(1, steps):
+        prev = torch.cat([preds[-1][:1] * 0, preds[-1][:-1]])  # p_{k-1, j-1}; row 0 is unused
+        mask = torch.zeros(n, (k + 1) * n, dtype=torch.bool)
+        mask[:, :n] = j[None, :] <= (j[:, None] - k)               # true entries 0..j-k
+        for m in range(1, k + 1):                                   # the chain, self included
+            mask[j, m * n + (j - k + m).clamp(min=0)] = True
+        preds.append(head(prev[None], tok[None], cache=cache, positions=j, tree_mask=mask)[0])
+    return preds
+
+
+@torch.no_grad()
+def chain_acceptance(head, features, input_ids, loss_mask, steps: int = 4) -> dict:
+    """n-alpha for n = 0..steps-1 (reference §6), teacher-forced on one sequence, as counts.
+
+    n-alpha = acceptance of the draft token at chain step n given that every earlier step was
+    accepted -- and that the text's token agrees with the target's choice there, so that the chain
+    is one greedy decoding would have followed. 0-alpha is top-1 accuracy against the target's
+    argmax. Returns {n: (accepted, tried)} so callers can pool sequences.
+    """
+    f = features[0].float()
+    target_next = (f[1:] @ head._shared["target_lm_head"].T).argmax(-1)  # target's t_{j+2}
+    preds = unrolled_predictions(head, features, input_ids, steps)
+    tok = input_ids[0]
+    n = f.shape[0] - 1
+    agree = torch.zeros(n, dtype=torch.bool)
+    agree[:-1] = tok[2:] == target_next[:-1]
+    counts, corrects = {}, []
+    for k, p in enumerate(preds):
+        correct = head.draft_to_target[head.draft_logits(p).argmax(-1)] == target_next
+        ok = loss_mask[0, 1:].bool().clone()
+        for m in range(k):  # chain ancestor at j-k+m: accepted, and the text followed it
+            idx = torch.arange(n) - k + m
+            anc = torch.zeros(n, dtype=torch.bool)
+            anc[idx >= 0] = corrects[m][idx[idx >= 0]] & agree[idx[idx >= 0]]
+            ok &= anc
+        counts[k] = (int((correct & ok).sum()), int(ok.sum()))
+        corrects.append(correct)
+    return counts
+
+
+def pad_batch(examples, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Feature dicts -> right-padded (input_ids [b, T], features [b, T, H], loss_mask [b, T])."""
+    t = max(len(e["input_ids"]) for e in examples)
+    h = examples[0]["features"].shape[-1]
+    ids = torch.zeros(len(examples), t, dtype=torch.long)
+    feats = torch.zeros(len(examples), t, h)
+    mask = torch.zeros(len(examples), t, dtype=torch.long)
+    for i, e in enumerate(examples):
+        n = len(e["input_ids"])
+        ids[i, :n] = torch.as_tensor(e["input_ids"])
+        feats[i, :n] = e["features"].float()
+        mask[i, :n] = torch.as_tensor(e["loss_mask"]).long()
+    return ids.to(device), feats.to(device), mask.to(device)
+
+
+def lr_lambda(cfg: TrainConfig):
+    """Linear warm-up, then cosine decay to min_lr_ratio over the run."""
+    def f(step):
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    return f
+
+
+class StreamingSource:
+    """Conversations of a split, featurized by the target on the fly, never stored.
+
+    `cursor` counts records of the split consumed so far; it is all a checkpoint needs to resume.
+    """
+
+    def __init__(self, target, split="train", max_len=1024, cursor=0, data=None):
+        from .data import SPLITS, read_sharegpt
+        self.target, self.split, self.max_len, self.cursor = target, split, max_len, cursor
+        self.data = data if data is not None else read_sharegpt()
+        self.first = SPLITS[split][0]
+        self._iter = None
+
+    def _examples(self):
+        from .data import iter_conversations
+        for ex in iter_conversations(self.split, self.target.tokenizer, max_len=self.max_len,
+                                     start=self.cursor, data=self.data):
+            if sum(ex.loss_mask) == 0 or len(ex.input_ids) < 2:
+                self.cursor = ex.index + 1 - self.first
+                continue
+            yield ex
+
+    def next_batch(self, batch_tokens: int) -> list[dict]:
+        from .features import compute_features
+        if self._iter is None:
+            self._iter = self._examples()
+        picked, tokens = [], 0
+        for ex in self._iter:
+            picked.append(ex)
+            tokens += len(ex.input_ids)
+            if tokens >= batch_tokens:
+                break
+        if not picked:
+            raise EagleMiniError(f"the {self.split} split is used up (cursor {self.cursor})")
+        self.cursor = picked[-1].index + 1 - self.first
+        return compute_features(self.target, picked)
+
+
+class DumpSource:
+    """Stored features (`dump-features`), cycled in order for as many epochs as the run needs."""
+
+    def __init__(self, dataset, cursor=0):
+        self.dataset, self.cursor = dataset, cursor
+
+    def next_batch(self, batch_tokens: int) -> list[dict]:
+        picked, tokens = [], 0
+        while tokens < batch_tokens:
+            e = self.dataset[self.cursor % len(self.dataset)]
+            self.cursor += 1
+            picked.append(e)
+            tokens += len(e["input_ids"])
+        return picked
+
+
+def _atomic_save(obj, path: Path):
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)
+
+
+def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int | None = None,
+               evaluate_fn=None, vocab_ids=None, log=print) -> dict:
+    """Train `head` (attached to `target`) on batches from `source`; resumable from out_dir/ckpt.
+
+    stop_after: optimizer steps to do in this call (the schedule still spans cfg.steps), so a long
+    run can be spread over sessions. evaluate_fn(head) -> dict runs at eval_every and at the end.
+    """
+    from accelerate import Accelerator
+    out = Path(out_dir)
+    (out / "ckpt").mkdir(parents=True, exist_ok=True)
+    accelerator = Accelerator(cpu=target.device.type == "cpu")
+    params = [p for p in head.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas),
+                                  weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+    noise_gen = torch.Generator().manual_seed(cfg.seed)
+    state = {"step": 0, "tokens_seen": 0, "seconds": 0.0}
+    ckpt = out / "ckpt" / "state.pt"
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=True)
+        head.load_state_dict(saved["head"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        noise_gen.set_state(saved["noise_rng"])
+        torch.set_rng_state(saved["torch_rng"])
+        source.cursor = saved["cursor"]
+        state = saved["state"]
+        log(f"resumed from {ckpt} at step {state['step']}")
+    model, optimizer = accelerator.prepare(head, optimizer)
+    log_path = out / "log.jsonl"
+    if log_path.exists():  # keep only what the checkpoint has seen: the resumed run rewrites the rest
+        rows = [r for r in log_path.read_text().splitlines() if json.loads(r)["step"] <= state["step"]]
+        log_path.write_text("".join(r + "\n" for r in rows))
+    start_step, t0 = state["step"], time.perf_counter()
+    metrics, evaluated_at = {}, None
+    while state["step"] < cfg.steps and (stop_after is None or state["step"] - start_step < stop_after):
+        examples = source.next_batch(cfg.batch_tokens)
+        ids, feats, mask = pad_batch(examples, accelerator.device)
+        model.train()
+        loss, parts = eagle_loss(model, feats, ids, mask, cfg.noise, cfg.w_cls, vocab_ids, noise_gen)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        accelerator.clip_grad_value_(params, cfg.grad_clip_value)
+        optimizer.step()
+        scheduler.step()
+        state["step"] += 1
+        state["tokens_seen"] += sum(len(e["input_ids"]) for e in examples)
+        state["seconds"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        row = {"step": state["step"], **parts, "lr": scheduler.get_last_lr()[0],
+               "tokens_seen": state["tokens_seen"], "seconds": round(state["seconds"], 2)}
+        if evaluate_fn is not None and cfg.eval_every and state["step"] % cfg.eval_every == 0:
+            model.eval()
+            row["eval"] = metrics = evaluate_fn(accelerator.unwrap_model(model))
+            evaluated_at = state["step"]
+        with log_path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        if state["step"] % cfg.log_every == 0 or state["step"] == 1:
+            log(f"step {state['step']:5d}  loss {parts['loss']:.4f}  reg {parts['reg']:.4f}  "
+                f"cls {parts['cls']:.3f}  top1 {parts['top1']:.3f}  lr {row['lr']:.2e}  "
+                f"{state['tokens_seen'] / max(state['seconds'], 1e-9):.0f} tok/s")
+        if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
+            save_checkpoint(accelerator.unwrap_model(model), optimizer, scheduler, noise_gen,
+                            source.cursor, state, cfg, ckpt)
+        t0 = time.perf_counter()
+    if state["step"] - start_step and state["step"] % cfg.ckpt_every:
+        save_checkpoint(accelerator.unwrap_model(model), optimizer, scheduler, noise_gen,
+                        source.cursor, state, cfg, ckpt)
+    if evaluate_fn is not None and state["step"] >= cfg.steps and evaluated_at != state["step"]:
+        model.eval()
+        metrics = evaluate_fn(accelerator.unwrap_model(model))
+    return {"state": state, "eval": metrics}
+
+
+def save_checkpoint(head, optimizer, scheduler, noise_gen, cursor, state, cfg, path: Path):
+    """Everything an exact resume needs: weights, optimizer, scheduler, RNG, data position."""
+    _atomic_save({"head": head.state_dict(), "optimizer": optimizer.state_dict(),
+                  "scheduler": scheduler.state_dict(), "noise_rng": noise_gen.get_state(),
+                  "torch_rng": torch.get_rng_state(), "cursor": cursor, "state": dict(state),
+                  "config": json.dumps(asdict(cfg))}, path)
+
+
+@torch.no_grad()
+def evaluate_head(head, examples_with_features, steps: int = 4) -> dict:
+    """Pooled top-1 (= 0-alpha) and n-alpha over featurized examples."""
+    pooled = {k: [0, 0] for k in range(steps)}
+    for e in examples_with_features:
+        ids = torch.as_tensor(e["input_ids"])[None]
+        f = e["features"].float()[None]
+        mask = torch.as_tensor(e["loss_mask"])[None]
+        for k, (a, n) in chain_acceptance(head, f, ids, mask, steps).items():
+            pooled[k][0] += a
+            pooled[k][1] += n
+    alpha = [a / n if n else float("nan") for a, n in (pooled[k] for k in range(steps))]
+    return {"top1": alpha[0], "alpha": alpha, "counts": [pooled[k] for k in range(steps)]}

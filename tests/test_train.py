@@ -1,0 +1,118 @@
+"""Training the head (EAGLE §4): the loss learns, runs resume exactly, the pipeline closes."""
+import json
+
+import pytest
+import torch
+
+from eagle_mini import EagleMiniError, tiny_target
+from eagle_mini.data import Example
+from eagle_mini.decode import generate, generate_vanilla
+from eagle_mini.features import FeatureDataset, compute_features, dump_features
+from eagle_mini.head import DraftHead, new_head
+from eagle_mini.train import (DumpSource, TrainConfig, chain_acceptance, eagle_loss,
+                              evaluate_head, train_head, unrolled_predictions)
+
+
+def make_examples(n=6, length=24, vocab=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        ids = torch.randint(0, vocab, (length,), generator=g).tolist()
+        mask = [0] * 4 + [1] * (length - 4)
+        out.append(Example(ids, mask, index=i))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    target = tiny_target("llama", seed=0, vocab_size=64)
+    return target, compute_features(target, make_examples())
+
+
+def test_unrolled_predictions_equal_chain_drafting(tiny):
+    """Pass k at entry j == the k-th step of a chain draft started at j-k through the KV cache."""
+    target, feats = tiny
+    head = new_head(target, seed=1)
+    ids = feats[0]["input_ids"][None]
+    f = feats[0]["features"].float()[None]
+    preds = unrolled_predictions(head, f, ids, 4)
+    for i in range(0, 10):
+        cache = head.new_cache()
+        p = head(f[:, :i + 1], ids[:, 1:i + 2], cache=cache)[0, -1]
+        torch.testing.assert_close(p, preds[0][i], atol=1e-5, rtol=1e-5)
+        for k in range(1, 4):
+            p = head(p[None, None], ids[:, i + k + 1:i + k + 2], cache=cache)[0, -1]
+            torch.testing.assert_close(p, preds[k][i + k], atol=1e-4, rtol=1e-4)
+
+
+def test_zero_alpha_is_top1_against_the_target(tiny):
+    target, feats = tiny
+    head = new_head(target, seed=1)
+    e = feats[0]
+    counts = chain_acceptance(head, e["features"][None].float(), e["input_ids"][None],
+                              e["loss_mask"][None])
+    f = e["features"].float()
+    draft = (head(f[None, :-1], e["input_ids"][None, 1:])[0] @ head._shared["lm_head"].T).argmax(-1)
+    truth = (f[1:] @ head._shared["target_lm_head"].T).argmax(-1)
+    w = e["loss_mask"][1:].bool()
+    assert counts[0] == (int(((draft == truth) & w).sum()), int(w.sum()))
+    assert all(counts[k][1] <= counts[k - 1][1] for k in range(1, 4))
+
+
+def test_loss_drops_when_overfitting_a_few_samples(tiny, tmp_path):
+    target, feats = tiny
+    head = new_head(target, seed=2)
+    ids, f, m = (torch.stack([e[k].float() if k == "features" else e[k] for e in feats[:2]])
+                 for k in ("input_ids", "features", "loss_mask"))
+    first, _ = eagle_loss(head, f, ids, m, noise=0.0)
+    cfg = TrainConfig(lr=3e-3, steps=60, warmup_steps=5, batch_tokens=48, ckpt_every=1000)
+    train_head(head, target, DumpSource(feats[:2]), tmp_path, cfg, log=lambda *_: None)
+    last, parts = eagle_loss(head, f, ids, m, noise=0.0)
+    assert last < 0.5 * first
+    assert parts["top1"] > 0.5
+
+
+def test_killed_and_resumed_run_equals_uninterrupted(tiny, tmp_path):
+    target, feats = tiny
+    cfg = TrainConfig(lr=1e-3, steps=8, warmup_steps=2, batch_tokens=40, ckpt_every=3)
+    a = new_head(target, seed=3)
+    train_head(a, target, DumpSource(feats), tmp_path / "a", cfg, log=lambda *_: None)
+    b = new_head(target, seed=3)
+    train_head(b, target, DumpSource(feats), tmp_path / "b", cfg, stop_after=4, log=lambda *_: None)
+    b2 = new_head(target, seed=99)  # a fresh process: weights come from the checkpoint
+    train_head(b2, target, DumpSource(feats), tmp_path / "b", cfg, log=lambda *_: None)
+    for (k, x), (_, y) in zip(a.state_dict().items(), b2.state_dict().items()):
+        assert torch.equal(x, y), k
+    log = [json.loads(r) for r in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, 9))
+
+
+def test_dump_train_save_load_generate(tmp_path):
+    """The whole pipeline on a tiny random Llama, through the same code as the 7B path."""
+    target = tiny_target("llama", seed=4, vocab_size=64)
+    dump_features(target, make_examples(8, seed=4), tmp_path / "feats", {"split": "train"},
+                  shard_size=3, progress=False)
+    ds = FeatureDataset(tmp_path / "feats")
+    ds.check_target(target)
+    head = new_head(target, seed=0)
+    cfg = TrainConfig(lr=3e-3, steps=20, warmup_steps=2, batch_tokens=64, ckpt_every=10)
+    result = train_head(head, target, DumpSource(ds), tmp_path / "work", cfg,
+                        evaluate_fn=lambda h: evaluate_head(h, list(ds)[:2]), log=lambda *_: None)
+    assert 0 <= result["eval"]["top1"] <= 1 and len(result["eval"]["alpha"]) == 4
+    head.save(tmp_path / "head", dtype=torch.float32)
+    loaded = DraftHead.load(tmp_path / "head", target)
+    for (k, x), (_, y) in zip(head.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(x, y), k
+    ref = generate_vanilla(target, [1, 2, 3], 24)
+    assert generate(target, loaded, [1, 2, 3], 24, tree="eagle").output_ids == ref.output_ids
+
+
+def test_features_and_heads_refuse_another_target(tmp_path):
+    a = tiny_target("llama", seed=5, vocab_size=64)
+    b = tiny_target("llama", seed=6, vocab_size=64)
+    dump_features(a, make_examples(2), tmp_path / "feats", {"split": "train"}, progress=False)
+    with pytest.raises(EagleMiniError, match="fingerprint"):
+        FeatureDataset(tmp_path / "feats").check_target(b)
+    other = tiny_target("llama", seed=5, vocab_size=64, hidden_size=32)
+    with pytest.raises(EagleMiniError, match="hidden size"):
+        new_head(a).attach(other)
