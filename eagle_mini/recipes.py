@@ -10,6 +10,7 @@ text, and -- what decoding actually meets -- acceptance and tau while EAGLE-2 de
 prompts (the target's own greedy continuations).
 """
 import json
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict
@@ -85,12 +86,39 @@ def train_command(args, target, log=print) -> dict:
     if not args.features:
         meta["next_train_record"] = source.cursor
     if state["step"] >= cfg.steps:
+        meta["rounds"][-1]["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
         head.save(args.out, extra=meta)
         plot_log(work / "log.jsonl", Path(args.out) / "loss_curve.png")
+        write_card(Path(args.out), target.name, head, meta)
         log(f"saved head to {args.out}: validation {json.dumps(result['eval'])}")
     else:
         log(f"stopped at step {state['step']} of {cfg.steps}; run the same command to resume")
     return result
+
+
+def write_card(out: Path, target_name: str, head, meta: dict) -> None:
+    """README.md of a head: what it is, every training round with its command and metrics."""
+    lines = [f"# EAGLE draft head for {target_name}", "",
+             f"One decoder layer + fc ({sum(p.numel() for p in head.parameters()):,} trainable "
+             f"parameters), input `{head.input_mode}`, draft vocabulary {head.draft_vocab_size:,} "
+             f"tokens, fc bias {head.fc.bias is not None}. Weights: bf16 `model.safetensors`.", "",
+             f"Cumulative: {meta['tokens_seen']:,} training tokens, "
+             f"{meta['train_seconds'] / 3600:.2f} h of training wall time.", "",
+             "## How to continue training it", "",
+             "Run the last round's command again with `--init` pointing here; streaming resumes at "
+             f"train record {meta.get('next_train_record', 'n/a')} (`next_train_record` in "
+             "config.json), so every round sees conversations it has not seen before.", "",
+             "## Rounds", "",
+             "| # | date | steps | tokens | hours | val top-1 | val alpha 0..3 | command |",
+             "|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(meta["rounds"], 1):
+        v = r.get("validation") or {}
+        alpha = " / ".join(f"{a:.2f}" for a in v.get("alpha", []))
+        lines.append(f"| {i} | {r['date']} | {r['steps']} | {r['tokens']:,} | "
+                     f"{r['seconds'] / 3600:.2f} | {v.get('top1', float('nan')):.3f} | {alpha} | "
+                     f"`{r.get('command', '')}` |")
+    lines += ["", "![loss curve of the latest round](loss_curve.png)", ""]
+    (out / "README.md").write_text("\n".join(lines))
 
 
 def source_start(args, prior):

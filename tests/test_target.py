@@ -13,8 +13,8 @@ from eagle_mini import tiny_target
 from eagle_mini.target import crop_cache, keep_cache_entries
 from eagle_mini.tree import from_parents
 
-# root + two branches of depth 3 and 1, and a sibling subtree: 7 nodes, 3 leaves
-PARENTS = [-1, 0, 0, 1, 1, 3, 2]
+# root, two children, three grandchildren, one great-grandchild: 7 nodes, 4 leaves
+PARENTS = [-1, 0, 0, 1, 1, 2, 3]
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3"]
 
 
