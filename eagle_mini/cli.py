@@ -36,6 +36,8 @@ def add_target_args(p):
 
 
 METHOD_NAMES = ["vanilla", "eagle-chain", "eagle", "eagle2"]
+BENCH_METHODS = ["vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2",
+                 "auto"]
 
 
 def add_head_args(p):
@@ -126,6 +128,18 @@ def build_parser() -> Parser:
     t.add_argument("--ckpt-every", type=positive_int, default=50)
     t.add_argument("--log-every", type=positive_int, default=10)
     t.add_argument("--seed", type=int, default=0)
+
+    b = sub.add_parser("bench", help="EAGLE vs vanilla, HF generate and prompt lookup, side by side")
+    add_target_args(b)
+    b.add_argument("--head", default=None, help="draft head directory (default: shipped head)")
+    b.add_argument("--methods", default=",".join(BENCH_METHODS))
+    b.add_argument("--dataset", default="mtbench", choices=["mtbench", "humaneval", "sharegpt-test"])
+    b.add_argument("--n", type=positive_int, default=10)
+    b.add_argument("--max-new-tokens", type=positive_int, default=128)
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--quick", action="store_true", help="3 prompts x 32 tokens (<= 3 minutes)")
+    b.add_argument("--out", default=None, help="output folder (default data/results/bench_...)")
 
     e = sub.add_parser("eval-head", help="top-1, n-alpha (test split) and tau (MT-bench)")
     add_target_args(e)
@@ -303,6 +317,24 @@ def cmd_train_head(args):
     train_command(args, load(args))
 
 
+def cmd_bench(args):
+    from pathlib import Path
+    from .bench import bench, markdown_table, save
+    target = load(args)
+    args.tree = None
+    head, note = load_head(args, target)
+    print(note, file=sys.stderr)
+    n, tokens = (3, 32) if args.quick else (args.n, args.max_new_tokens)
+    result = bench(target, head, tuple(m.strip() for m in args.methods.split(",")), args.dataset,
+                   n, tokens, args.temperature, args.seed, head_note=note,
+                   curve_repeats=3 if args.quick else 5)
+    result["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
+    name = f"bench_{args.model.replace('/', '_')}_{args.device}_{args.dataset}_T{args.temperature:g}"
+    out = save(result, Path(args.out or Path("data/results") / (name + ("_quick" if args.quick else ""))))
+    print(markdown_table(result))
+    print(f"wrote {out}/bench.json, bench.md, bench.png")
+
+
 def cmd_eval_head(args):
     from pathlib import Path
     from .recipes import eval_command
@@ -319,7 +351,7 @@ def cmd_eval_head(args):
 
 
 COMMANDS = {"prepare": cmd_prepare, "dump-features": cmd_dump_features,
-            "train-head": cmd_train_head, "eval-head": cmd_eval_head, "check-lossless": cmd_check_lossless, "generate": cmd_generate, "profile-target": cmd_profile_target, "demo": cmd_demo}
+            "train-head": cmd_train_head, "eval-head": cmd_eval_head, "bench": cmd_bench, "check-lossless": cmd_check_lossless, "generate": cmd_generate, "profile-target": cmd_profile_target, "demo": cmd_demo}
 
 
 def main(argv=None) -> int:

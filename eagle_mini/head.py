@@ -86,7 +86,7 @@ class DraftHead(nn.Module):
     def attach(self, target) -> "DraftHead":
         """Share `target`'s embedding and lm_head (restricted to the draft vocabulary)."""
         check_compatible(self, target)
-        weight = target.model.lm_head.weight
+        weight = target.model.lm_head.weight.detach()  # frozen: never part of the head's graph
         full = self.draft_to_target.numel() == weight.shape[0]
         self._shared = {"embed": target.model.model.embed_tokens, "target_lm_head": weight,
                         "lm_head": weight if full else weight[self.draft_to_target.to(weight.device)]}

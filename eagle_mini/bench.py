@@ -1,0 +1,268 @@
+"""`python -m eagle_mini bench`: EAGLE against what a user would pick instead, measured side by side.
+
+Fairness rules: the same prompts, dtype and threads for every method; one warm-up generation per
+method; methods interleaved per prompt (the order rotates, so slow drift of the machine hits all
+alike); wall time around the whole generation. Speedup is always relative to `vanilla` *in the same
+run*. Beside each measured speedup the bench prints the speedup the cost model predicts,
+
+    speedup ~ L / (c(N)/c(1) + draft time per cycle / t(1)),
+
+with L the mean tokens per cycle, N the tree size, c(n) the target's forward time for n new tokens
+(measured in the same run) and t(1) = c(1). The gap between the two is overhead outside both.
+Batch size 1.
+"""
+import json
+import random
+import statistics
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import torch
+
+from .data import load_prompts
+from .errors import EagleMiniError
+from .profile import cost_curve, machine_info
+
+METHODS = ("vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2", "auto")
+
+
+class ForwardCounter:
+    """Counts target forwards of HF `generate` (a hook on the model's forward)."""
+
+    def __init__(self, model):
+        self.calls = 0
+        self.handle = model.register_forward_pre_hook(self._count)
+
+    def _count(self, *_):
+        self.calls += 1
+
+    def close(self):
+        self.handle.remove()
+
+
+def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, auto_tree=None):
+    """One generation -> (output ids, stats); HF methods get the same stats where they exist."""
+    from .cli import run_method
+    from .decode import prepare_prompt
+    if method.startswith("hf-"):
+        ids = prepare_prompt(target, prompt)
+        kw = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
+              "eos_token_id": sorted(target.eos_token_ids) or None, "pad_token_id": 0}
+        if temperature > 0:
+            kw["temperature"] = temperature
+            torch.manual_seed(seed)
+        if method == "hf-prompt-lookup":
+            kw["prompt_lookup_num_tokens"] = 10
+        counter = ForwardCounter(target.model)
+        start = time.perf_counter()
+        out = target.model.generate(torch.tensor([ids], device=target.device), **kw)
+        seconds = time.perf_counter() - start
+        counter.close()
+        new = out[0, len(ids):].tolist()
+        return new, {"new_tokens": len(new), "seconds": seconds, "target_forwards": counter.calls,
+                     "tau": len(new) / max(counter.calls, 1)}
+    tree = auto_tree if method == "auto" else None
+    gen = run_method(target, head, "eagle2" if method == "auto" else method, prompt,
+                     max_new_tokens, tree=tree, temperature=temperature, seed=seed)
+    return gen.output_ids, gen.stats
+
+
+def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
+    """EAGLE-2's automatic mode for this machine: predicted speedup per candidate tree size, best one.
+
+    Each candidate is run on the calibration prompts; its tokens per cycle and draft time are
+    measured, its verification cost read off this machine's cost curve.
+    """
+    from .draft import DynamicTree
+    candidates = [DynamicTree(n, min(n - 1, 6), min(n - 1, 4)) for n in (3, 4, 6, 8, 12, 16, 24)]
+    scored = []
+    for tree in candidates:
+        stats = [run_one(target, head, "auto", p, max_new_tokens, 0.0, 0, tree)[1] for p in prompts]
+        scored.append((predict(stats, curve, tree.total_tokens), tree))
+    return max(scored, key=lambda s: s[0])[1], [(str(t), round(s, 3)) for s, t in scored]
+
+
+def relative_cost(curve, n: float) -> float:
+    """c(n)/c(1) interpolated on the measured curve (log-spaced n)."""
+    ns, rel = curve["ns"], curve["relative"]
+    if n <= ns[0]:
+        return rel[0]
+    for (a, ra), (b, rb) in zip(zip(ns, rel), zip(ns[1:], rel[1:])):
+        if n <= b:
+            return ra + (rb - ra) * (n - a) / (b - a)
+    return rel[-1] * n / ns[-1]
+
+
+def predict(stats_list, curve, tree_size) -> float:
+    """Cost-model speedup from measured tokens per cycle, draft time and the cost curve."""
+    cycles = sum(len(s["cycle_lengths"]) for s in stats_list)
+    if not cycles:
+        return 1.0
+    per_cycle = sum(sum(s["cycle_lengths"]) for s in stats_list) / cycles
+    t1 = curve["median_ms"][0] / 1000
+    draft = sum(s["draft_seconds"] for s in stats_list) / cycles
+    return per_cycle / (relative_cost(curve, tree_size) + draft / t1)
+
+
+def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens=128,
+          temperature=0.0, seed=0, progress=True, head_note="", prompts=None,
+          curve_repeats=5) -> dict:
+    """Run every method on the same prompts, interleaved; return per-method aggregates.
+
+    `prompts` (strings or token-id lists) replaces the dataset, e.g. for tiny test models.
+    """
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise EagleMiniError(f"unknown method(s) {', '.join(bad)}; known: {', '.join(METHODS)}")
+    if "vanilla" not in methods:
+        methods = ("vanilla",) + tuple(methods)
+    calibration = None
+    if prompts is None:
+        prompts = load_prompts(dataset, n)
+        calibration = load_prompts("mtbench")[-2:]  # never among the first n measured
+    else:
+        dataset, calibration = "custom", prompts[:1]
+    prefix = min(200, target.context_length // 4)
+    curve = cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), repeats=curve_repeats,
+                       prefix_len=prefix)
+    auto_tree, auto_scores = None, None
+    if "auto" in methods:
+        auto_tree, auto_scores = choose_auto_tree(target, head, curve, calibration)
+    for m in methods:  # warm-up
+        run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree)
+    rows = defaultdict(list)
+    outputs = defaultdict(list)
+    bar = _progress(len(prompts) * len(methods), progress)
+    for i, prompt in enumerate(prompts):
+        order = list(methods[i % len(methods):]) + list(methods[:i % len(methods)])
+        for m in order:
+            out, stats = run_one(target, head, m, prompt, max_new_tokens, temperature, seed + i,
+                                 auto_tree)
+            rows[m].append(stats)
+            outputs[m].append(out)
+            bar.update(1)
+    bar.close()
+    result = {"dataset": dataset, "n": len(prompts), "max_new_tokens": max_new_tokens,
+              "temperature": temperature, "target": target.name,
+              "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
+              "head": head_note, "cost_curve": curve, "auto_tree": str(auto_tree),
+              "auto_scores": auto_scores, "machine": machine_info(), "methods": {}}
+    van = rows["vanilla"]
+    van_tps = sum(s["new_tokens"] for s in van) / sum(s["seconds"] for s in van)
+    for m in methods:
+        result["methods"][m] = summarize(m, rows[m], outputs[m], outputs["vanilla"], van_tps,
+                                         curve, temperature, auto_tree)
+    return result
+
+
+def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature, auto_tree):
+    tokens = sum(s["new_tokens"] for s in stats)
+    seconds = sum(s["seconds"] for s in stats)
+    forwards = sum(s["target_forwards"] for s in stats)
+    row = {"tokens_per_second": tokens / seconds, "speedup": tokens / seconds / vanilla_tps,
+           "tau": tokens / max(forwards, 1), "new_tokens": tokens, "seconds": seconds,
+           "equal_to_vanilla": (all(a == b for a, b in zip(outs, vanilla_outs))
+                                if temperature == 0 else None)}
+    if "cycle_lengths" in stats[0]:
+        cycles = [c for s in stats for c in s["cycle_lengths"]]
+        row["mean_cycle_length"] = sum(cycles) / max(len(cycles), 1)
+        row["cycle_length_counts"] = dict(sorted(Counter(cycles).items()))
+        depth = defaultdict(list)
+        for s in stats:
+            for d, a in s["acceptance_per_depth"].items():
+                depth[int(d)].append(a)
+        row["acceptance_per_depth"] = {d: statistics.mean(v) for d, v in sorted(depth.items())}
+        for part in ("draft", "verify", "other"):
+            row[f"{part}_fraction"] = sum(s[f"{part}_seconds"] for s in stats) / seconds
+        size = tree_size(method, auto_tree)
+        row["tree_size"] = size
+        row["predicted_speedup"] = predict(stats, curve, size)
+        row["calibration"] = [pair for s in stats for pair in s.get("confidence_accepted", [])]
+    return row
+
+
+def tree_size(method, auto_tree) -> int:
+    from .decode import METHODS as DEFAULT_TREES
+    from .draft import DynamicTree
+    from .tree import parse_tree
+    if method == "auto":
+        return auto_tree.total_tokens
+    spec = DEFAULT_TREES[method]
+    return DynamicTree().total_tokens if spec is None else parse_tree(spec).num_nodes
+
+
+def _progress(total, enabled):
+    from tqdm import tqdm
+    return tqdm(total=total, desc="bench", unit="gen", disable=not enabled)
+
+
+def markdown_table(result) -> str:
+    lines = [f"MT-bench-style run: {result['dataset']}, n={result['n']}, "
+             f"{result['max_new_tokens']} new tokens, T={result['temperature']}, "
+             f"{result['target']} {result['dtype']} on {result['device']} "
+             f"({result['machine']['cpu']}, {result['machine']['threads']} threads)", "",
+             "| method | tok/s | speedup | predicted | tau | mean cycle | draft/verify/other | = vanilla |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m, r in result["methods"].items():
+        pred = f"{r['predicted_speedup']:.2f}x" if "predicted_speedup" in r else ""
+        cyc = f"{r['mean_cycle_length']:.2f}" if "mean_cycle_length" in r else ""
+        split = (f"{r['draft_fraction']:.0%}/{r['verify_fraction']:.0%}/{r['other_fraction']:.0%}"
+                 if "draft_fraction" in r else "")
+        eq = {True: "yes", False: "NO", None: "n/a"}[r["equal_to_vanilla"]]
+        lines.append(f"| {m} | {r['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {pred} | "
+                     f"{r['tau']:.2f} | {cyc} | {split} | {eq} |")
+    return "\n".join(lines) + "\n"
+
+
+def save(result, out_dir) -> Path:
+    """JSON + Markdown + plots (speedup bars, tau distribution, EAGLE-2 calibration)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    slim = json.loads(json.dumps(result))
+    for r in slim["methods"].values():
+        r.pop("calibration", None)
+    (out / "bench.json").write_text(json.dumps(slim, indent=2) + "\n")
+    (out / "bench.md").write_text(markdown_table(result))
+    methods = list(result["methods"])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    sp = [result["methods"][m]["speedup"] for m in methods]
+    axes[0].bar(methods, sp, color=["gray" if s < 1 else "tab:green" for s in sp])
+    axes[0].axhline(1, color="black", lw=0.8)
+    axes[0].set_ylabel("speedup over vanilla (same run)")
+    axes[0].set_title(f"{result['target']}, {result['dataset']} n={result['n']}, T={result['temperature']}",
+                      fontsize=9)
+    axes[0].tick_params(axis="x", rotation=30)
+    for m in methods:
+        counts = result["methods"][m].get("cycle_length_counts")
+        if counts:
+            ks = sorted(int(k) for k in counts)
+            axes[1].plot(ks, [counts[k] if k in counts else counts[str(k)] for k in ks], "o-", label=m)
+    axes[1].set_xlabel("tokens added per verification cycle (tau per cycle)")
+    axes[1].set_ylabel("cycles")
+    axes[1].set_title("distribution of tokens per cycle", fontsize=9)
+    axes[1].legend(fontsize=8)
+    cal = result["methods"].get("eagle2", {}).get("calibration") or []
+    if cal:
+        conf = torch.tensor([c for c, _ in cal])
+        acc = torch.tensor([float(a) for _, a in cal])
+        edges = torch.linspace(0, 1, 11)
+        mids, rates = [], []
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            sel = (conf >= lo) & (conf < hi if hi < 1 else conf <= hi)
+            if sel.sum() >= 5:
+                mids.append(float((lo + hi) / 2))
+                rates.append(float(acc[sel].mean()))
+        axes[2].plot(mids, rates, "o-", label="measured")
+        axes[2].plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
+        axes[2].legend(fontsize=8)
+    axes[2].set_xlabel("draft confidence of a node's token")
+    axes[2].set_ylabel("acceptance rate")
+    axes[2].set_title("EAGLE-2 calibration (nodes offered at reached depths)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "bench.png", dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,34 @@
+"""The benchmark in --quick form on a tiny model: every method runs, ratios are consistent."""
+import json
+
+
+from eagle_mini import tiny_target
+from eagle_mini.bench import METHODS, bench, markdown_table, relative_cost, save
+from eagle_mini.head import new_head
+
+
+def test_bench_runs_every_method_on_a_tiny_model(tmp_path):
+    target = tiny_target("llama", seed=0, vocab_size=64)
+    head = new_head(target)
+    prompts = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12]]
+    result = bench(target, head, METHODS, prompts=prompts, max_new_tokens=16, progress=False,
+                   curve_repeats=1)
+    assert set(result["methods"]) == set(METHODS)
+    van = result["methods"]["vanilla"]
+    assert abs(van["speedup"] - 1.0) < 1e-9 and van["tau"] == 1.0
+    for m in ("eagle-chain", "eagle", "eagle2", "auto", "hf-generate"):
+        assert result["methods"][m]["equal_to_vanilla"], m
+    for m in ("eagle-chain", "eagle", "eagle2", "auto"):
+        r = result["methods"][m]
+        assert r["tau"] >= 1.0 and r["predicted_speedup"] > 0
+        assert abs(r["draft_fraction"] + r["verify_fraction"] + r["other_fraction"] - 1) < 1e-6
+    out = save(result, tmp_path)
+    assert json.loads((out / "bench.json").read_text())["methods"]["eagle2"]["tau"] >= 1
+    assert (out / "bench.png").stat().st_size > 0
+    assert "| eagle2 |" in markdown_table(result)
+
+
+def test_relative_cost_interpolates_the_curve():
+    curve = {"ns": [1, 2, 4], "relative": [1.0, 1.2, 2.0]}
+    assert relative_cost(curve, 1) == 1.0 and relative_cost(curve, 3) == 1.6
+    assert relative_cost(curve, 8) == 4.0
