@@ -12,7 +12,6 @@ with L the mean tokens per cycle, N the tree size, c(n) the target's forward tim
 Batch size 1.
 """
 import json
-import random
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -22,6 +21,7 @@ import torch
 
 from .data import load_prompts
 from .errors import EagleMiniError
+from .auto import choose_auto_tree, predict
 from .profile import cost_curve, machine_info
 
 METHODS = ("vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2", "auto")
@@ -66,43 +66,6 @@ def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, aut
     gen = run_method(target, head, "eagle2" if method == "auto" else method, prompt,
                      max_new_tokens, tree=tree, temperature=temperature, seed=seed)
     return gen.output_ids, gen.stats
-
-
-def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
-    """EAGLE-2's automatic mode for this machine: predicted speedup per candidate tree size, best one.
-
-    Each candidate is run on the calibration prompts; its tokens per cycle and draft time are
-    measured, its verification cost read off this machine's cost curve.
-    """
-    from .draft import DynamicTree
-    candidates = [DynamicTree(n, min(n - 1, 6), min(n - 1, 4)) for n in (3, 4, 6, 8, 12, 16, 24)]
-    scored = []
-    for tree in candidates:
-        stats = [run_one(target, head, "auto", p, max_new_tokens, 0.0, 0, tree)[1] for p in prompts]
-        scored.append((predict(stats, curve, tree.total_tokens), tree))
-    return max(scored, key=lambda s: s[0])[1], [(str(t), round(s, 3)) for s, t in scored]
-
-
-def relative_cost(curve, n: float) -> float:
-    """c(n)/c(1) interpolated on the measured curve (log-spaced n)."""
-    ns, rel = curve["ns"], curve["relative"]
-    if n <= ns[0]:
-        return rel[0]
-    for (a, ra), (b, rb) in zip(zip(ns, rel), zip(ns[1:], rel[1:])):
-        if n <= b:
-            return ra + (rb - ra) * (n - a) / (b - a)
-    return rel[-1] * n / ns[-1]
-
-
-def predict(stats_list, curve, tree_size) -> float:
-    """Cost-model speedup from measured tokens per cycle, draft time and the cost curve."""
-    cycles = sum(len(s["cycle_lengths"]) for s in stats_list)
-    if not cycles:
-        return 1.0
-    per_cycle = sum(sum(s["cycle_lengths"]) for s in stats_list) / cycles
-    t1 = curve["median_ms"][0] / 1000
-    draft = sum(s["draft_seconds"] for s in stats_list) / cycles
-    return per_cycle / (relative_cost(curve, tree_size) + draft / t1)
 
 
 def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens=128,

@@ -35,7 +35,7 @@ def add_target_args(p):
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
 
 
-METHOD_NAMES = ["vanilla", "eagle-chain", "eagle", "eagle2"]
+METHOD_NAMES = ["vanilla", "eagle-chain", "eagle", "eagle2", "auto"]
 BENCH_METHODS = ["vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2",
                  "auto"]
 
@@ -164,6 +164,9 @@ def run_method(target, head, method, prompt, max_new_tokens, tree=None, **kw):
     from .decode import generate, generate_vanilla
     if method == "vanilla":
         return generate_vanilla(target, prompt, max_new_tokens, **kw)
+    if method == "auto" and tree is None:
+        from .auto import auto_tree
+        tree = auto_tree(target, head)
     gen = generate(target, head, prompt, max_new_tokens, tree=tree or method, **kw)
     gen.stats["method"] = method
     return gen

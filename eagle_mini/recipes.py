@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 
-from .errors import EagleMiniError
 from .head import DraftHead, new_head
 from .train import DumpSource, StreamingSource, TrainConfig, evaluate_head, train_head
 

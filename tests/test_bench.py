@@ -3,7 +3,8 @@ import json
 
 
 from eagle_mini import tiny_target
-from eagle_mini.bench import METHODS, bench, markdown_table, relative_cost, save
+from eagle_mini.auto import relative_cost
+from eagle_mini.bench import METHODS, bench, markdown_table, save
 from eagle_mini.head import new_head
 
 

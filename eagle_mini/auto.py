@@ -1,0 +1,74 @@
+"""`tree="auto"`: size the draft tree for the machine at hand (EAGLE-2 §4, automatic mode).
+
+A bigger tree raises the tokens accepted per cycle L but costs more to verify. On a GPU at batch 1
+verifying 60 tokens costs about as much as 1; on a small CPU the cost c(n) grows early (see
+`profile-target`), so the best tree is much smaller. For each candidate size we measure L and the
+draft time on calibration prompts and read the verification cost off the measured curve:
+
+    predicted speedup = L / (c(N)/c(1) + draft time per cycle / c(1))
+
+and keep the best. The choice is cached per target, head and device.
+"""
+import hashlib
+import json
+
+from .models import cache_dir
+
+
+def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
+    """EAGLE-2's automatic mode for this machine: predicted speedup per candidate tree size, best one.
+
+    Each candidate is run on the calibration prompts; its tokens per cycle and draft time are
+    measured, its verification cost read off this machine's cost curve.
+    """
+    from .decode import generate
+    from .draft import DynamicTree
+    candidates = [DynamicTree(n, min(n - 1, 6), min(n - 1, 4)) for n in (3, 4, 6, 8, 12, 16, 24)]
+    scored = []
+    for tree in candidates:
+        stats = [generate(target, head, p, max_new_tokens, tree=tree).stats for p in prompts]
+        scored.append((predict(stats, curve, tree.total_tokens), tree))
+    return max(scored, key=lambda s: s[0])[1], [(str(t), round(s, 3)) for s, t in scored]
+
+
+def relative_cost(curve, n: float) -> float:
+    """c(n)/c(1) interpolated on the measured curve (log-spaced n)."""
+    ns, rel = curve["ns"], curve["relative"]
+    if n <= ns[0]:
+        return rel[0]
+    for (a, ra), (b, rb) in zip(zip(ns, rel), zip(ns[1:], rel[1:])):
+        if n <= b:
+            return ra + (rb - ra) * (n - a) / (b - a)
+    return rel[-1] * n / ns[-1]
+
+
+def predict(stats_list, curve, tree_size) -> float:
+    """Cost-model speedup from measured tokens per cycle, draft time and the cost curve."""
+    cycles = sum(len(s["cycle_lengths"]) for s in stats_list)
+    if not cycles:
+        return 1.0
+    per_cycle = sum(sum(s["cycle_lengths"]) for s in stats_list) / cycles
+    t1 = curve["median_ms"][0] / 1000
+    draft = sum(s["draft_seconds"] for s in stats_list) / cycles
+    return per_cycle / (relative_cost(curve, tree_size) + draft / t1)
+
+
+
+
+def auto_tree(target, head, curve=None, prompts=None):
+    """The cached best `DynamicTree` for (target, head, device); measured once if missing."""
+    from .data import mtbench_prompts
+    from .draft import DynamicTree
+    from .profile import cost_curve
+    digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
+                                     for p in head.parameters())).hexdigest()[:12]
+    path = cache_dir() / "auto_tree" / f"{target.name.replace('/', '_')}_{target.device.type}_{digest}.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        return DynamicTree(**saved["tree"])
+    curve = curve or cost_curve(target, repeats=3)
+    tree, scores = choose_auto_tree(target, head, curve, prompts or mtbench_prompts()[-2:])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"tree": {"total_tokens": tree.total_tokens, "depth": tree.depth,
+                                         "topk": tree.topk}, "scores": scores}, indent=2))
+    return tree
