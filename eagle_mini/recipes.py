@@ -164,3 +164,32 @@ def eval_command(target, head, n_text: int = 50, n_prompts: int = 10, max_new_to
                         "tree": str(tree or "eagle2"), "tau": sum(taus) / len(taus),
                         "mean_cycle_length": sum(cycles) / len(cycles),
                         "acceptance_per_depth": {d: depth[d] / tries[d] for d in sorted(depth)}}}
+
+
+# Known 7B-class configurations (from the models' published config.json files), so the plan below
+# can be computed without downloading anything.
+BIG_CONFIGS = {
+    "vicuna-7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000},
+    "llama3.1-8b-instruct": {"hidden_size": 4096, "intermediate_size": 14336,
+                             "num_hidden_layers": 32, "num_attention_heads": 32,
+                             "num_key_value_heads": 8, "vocab_size": 128256},
+}
+
+
+def training_plan(config: dict, tokens: int, feature_bytes: int = 2) -> dict:
+    """Disk and memory a head training run needs: the numbers the README and notebook 03 quote.
+
+    Features: tokens x hidden x 2 bytes (fp16). Target in bf16: its parameter count x 2 bytes.
+    Head: fc (2H x H + H) and one decoder layer, trained with AdamW in fp32 (weights, grads and two
+    moments: 16 bytes per parameter).
+    """
+    h, i, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    attn = h * h * 2 + 2 * h * (h * kv // heads)
+    layer = attn + 3 * h * i + 2 * h
+    target_params = config["num_hidden_layers"] * layer + 2 * v * h + h
+    head_params = 2 * h * h + h + layer - h  # no input norm
+    return {"tokens": tokens, "feature_disk_gb": tokens * h * feature_bytes / 1e9,
+            "target_params_b": target_params / 1e9, "target_bf16_gb": target_params * 2 / 1e9,
+            "head_params_m": head_params / 1e6, "head_adamw_fp32_gb": head_params * 16 / 1e9}

@@ -116,3 +116,13 @@ def test_features_and_heads_refuse_another_target(tmp_path):
     other = tiny_target("llama", seed=5, vocab_size=64, hidden_size=32)
     with pytest.raises(EagleMiniError, match="hidden size"):
         new_head(a).attach(other)
+
+
+def test_training_plan_matches_known_model_sizes():
+    """Vicuna-7B has 6.74B parameters and a 0.24B EAGLE head (reference §1); LLaMA-3.1-8B 8.03B."""
+    from eagle_mini.recipes import BIG_CONFIGS, training_plan
+    vicuna = training_plan(BIG_CONFIGS["vicuna-7b"], tokens=1_000_000)
+    assert round(vicuna["target_params_b"], 2) == 6.74
+    assert round(vicuna["head_params_m"], 1) == 235.9
+    assert vicuna["feature_disk_gb"] == 1_000_000 * 4096 * 2 / 1e9
+    assert round(training_plan(BIG_CONFIGS["llama3.1-8b-instruct"], 1)["target_params_b"], 2) == 8.03
