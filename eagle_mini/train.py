@@ -177,8 +177,8 @@ class StreamingSource:
                 continue
             yield ex
 
-    def next_batch(self, batch_tokens: int) -> list[dict]:
-        from .features import compute_features
+    def take(self, batch_tokens: int) -> list:
+        """The next conversations, up to `batch_tokens` tokens (at least one)."""
         if self._iter is None:
             self._iter = self._examples()
         picked, tokens = [], 0
@@ -190,6 +190,10 @@ class StreamingSource:
         if not picked:
             raise EagleMiniError(f"the {self.split} split is used up (cursor {self.cursor})")
         self.cursor = picked[-1].index + 1 - self.first
+        return picked
+
+    def materialize(self, picked) -> list[dict]:
+        from .features import compute_features
         return compute_features(self.target, picked)
 
 
@@ -199,13 +203,16 @@ class DumpSource:
     def __init__(self, dataset, cursor=0):
         self.dataset, self.cursor = dataset, cursor
 
-    def next_batch(self, batch_tokens: int) -> list[dict]:
+    def take(self, batch_tokens: int) -> list[dict]:
         picked, tokens = [], 0
         while tokens < batch_tokens:
             e = self.dataset[self.cursor % len(self.dataset)]
             self.cursor += 1
             picked.append(e)
             tokens += len(e["input_ids"])
+        return picked
+
+    def materialize(self, picked) -> list[dict]:
         return picked
 
 
@@ -251,7 +258,9 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
     start_step, t0 = state["step"], time.perf_counter()
     metrics, evaluated_at = {}, None
     while state["step"] < cfg.steps and (stop_after is None or state["step"] - start_step < stop_after):
-        examples = source.next_batch(cfg.batch_tokens)
+        # every process advances the data position alike and featurizes only its own share (DDP)
+        shares = [source.take(cfg.batch_tokens) for _ in range(accelerator.num_processes)]
+        examples = source.materialize(shares[accelerator.process_index])
         ids, feats, mask = pad_batch(examples, accelerator.device)
         model.train()
         loss, parts = eagle_loss(model, feats, ids, mask, cfg.noise, cfg.w_cls, vocab_ids, noise_gen)
@@ -270,17 +279,19 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
             model.eval()
             row["eval"] = metrics = evaluate_fn(accelerator.unwrap_model(model))
             evaluated_at = state["step"]
-        with log_path.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
-        if state["step"] % cfg.log_every == 0 or state["step"] == 1:
+        main = accelerator.is_main_process  # one writer for logs and checkpoints
+        if main:
+            with log_path.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        if main and (state["step"] % cfg.log_every == 0 or state["step"] == 1):
             log(f"step {state['step']:5d}  loss {parts['loss']:.4f}  reg {parts['reg']:.4f}  "
                 f"cls {parts['cls']:.3f}  top1 {parts['top1']:.3f}  lr {row['lr']:.2e}  "
                 f"{state['tokens_seen'] / max(state['seconds'], 1e-9):.0f} tok/s")
-        if state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps:
+        if main and (state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps):
             save_checkpoint(accelerator.unwrap_model(model), optimizer, scheduler, noise_gen,
                             source.cursor, state, cfg, ckpt)
         t0 = time.perf_counter()
-    if state["step"] - start_step and state["step"] % cfg.ckpt_every:
+    if accelerator.is_main_process and state["step"] - start_step and state["step"] % cfg.ckpt_every:
         save_checkpoint(accelerator.unwrap_model(model), optimizer, scheduler, noise_gen,
                         source.cursor, state, cfg, ckpt)
     if evaluate_fn is not None and state["step"] >= cfg.steps and evaluated_at != state["step"]:
