@@ -69,6 +69,7 @@ def build_parser() -> Parser:
     p.add_argument("--prefix-len", type=positive_int, default=200)
     p.add_argument("--repeats", type=positive_int, default=7)
     p.add_argument("--max-n", type=positive_int, default=64)
+    p.add_argument("--with-head", action="store_true", help="also time a draft-head forward per n")
     p.add_argument("--out", default=None, help="JSON path (default data/results/cost_curve_<model>.json)")
 
     r = sub.add_parser("prepare", help="convert the embedded target once into the cache")
@@ -237,12 +238,16 @@ def cmd_profile_target(args):
     while n <= args.max_n:
         ns.append(n)
         n *= 2
-    curve = cost_curve(target, ns=tuple(ns), prefix_len=args.prefix_len, repeats=args.repeats)
-    safe = args.model.replace("/", "_")
+    curve = cost_curve(target, ns=tuple(ns), prefix_len=args.prefix_len, repeats=args.repeats,
+                       with_head=args.with_head)
+    curve["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
+    safe = args.model.replace("/", "_").replace(":", "_")
     out = Path(args.out or f"data/results/cost_curve_{safe}_{args.device}.json")
     json_path, png = save_curve(curve, out)
-    for n, ms, rel in zip(curve["ns"], curve["median_ms"], curve["relative"]):
-        print(f"n={n:3d}  {ms:8.1f} ms  c(n)/c(1) = {rel:5.2f}")
+    heads = curve["head_median_ms"] or [None] * len(curve["ns"])
+    for n, ms, rel, hm in zip(curve["ns"], curve["median_ms"], curve["relative"], heads):
+        print(f"n={n:3d}  {ms:8.1f} ms  c(n)/c(1) = {rel:5.2f}"
+              + (f"   head {hm:6.2f} ms" if hm is not None else ""))
     print(f"wrote {json_path} and {png}")
 
 

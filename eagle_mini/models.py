@@ -112,7 +112,13 @@ def resolve(name: str) -> str:
 
 
 def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu") -> Target:
-    """Load a target by course name, local directory or hub id and wrap it in a `Target`."""
+    """Load a target by course name, local directory or hub id and wrap it in a `Target`.
+
+    `random:<name>` (e.g. `random:vicuna-7b`) builds that architecture with random weights directly
+    on `device`: the verification cost curve at 7B scale needs no download.
+    """
+    if name.startswith("random:"):
+        return random_big_target(name.split(":", 1)[1], dtype, device)
     where = resolve(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
@@ -121,6 +127,18 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu") -
     except OSError as e:
         raise EagleMiniError(f"cannot load model {name!r} from {where}: {str(e).splitlines()[0]}") from None
     return Target(model.to(device).eval(), tokenizer, name=name)
+
+
+def random_big_target(config_name: str, dtype="bf16", device: str = "cuda") -> Target:
+    from .recipes import BIG_CONFIGS
+    if config_name not in BIG_CONFIGS:
+        raise EagleMiniError(f"unknown random:{config_name}; known: "
+                             + ", ".join(f"random:{k}" for k in BIG_CONFIGS))
+    cfg = AutoConfig.for_model("llama", **BIG_CONFIGS[config_name], max_position_embeddings=4096,
+                               tie_word_embeddings=False)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=_dtype(dtype), attn_implementation="sdpa")
+    return Target(model.eval(), tokenizer=None, name=f"random:{config_name}")
 
 
 def tiny_config(family: str = "llama", vocab_size: int = 256, hidden_size: int = 64,

@@ -41,7 +41,7 @@ def _sync(device):
 
 @torch.no_grad()
 def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repeats: int = 7,
-               warmup: int = 2, seed: int = 0) -> dict:
+               warmup: int = 2, seed: int = 0, with_head: bool = False) -> dict:
     """Median forward time of n new tokens (causal tree mask) over a cached prefix, per n."""
     g = torch.Generator().manual_seed(seed)
     prefix = torch.randint(0, target.vocab_size, (prefix_len,), generator=g)
@@ -61,10 +61,36 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
                 times[n].append(time.perf_counter() - t)
             crop_cache(cache, prefix_len)
     median = {n: statistics.median(v) for n, v in times.items()}
-    return {"target": target.name, "dtype": str(target.dtype).replace("torch.", ""),
+    head_ms = _head_cost(target, ns, repeats, g) if with_head else None
+    return {"head_median_ms": head_ms, "target": target.name, "dtype": str(target.dtype).replace("torch.", ""),
             "device": str(target.device), "prefix_len": prefix_len, "repeats": repeats,
             "ns": list(ns), "median_ms": [1000 * median[n] for n in ns],
             "relative": [median[n] / median[ns[0]] for n in ns], "machine": machine_info()}
+
+
+def _head_cost(target, ns, repeats, g) -> list[float]:
+    """Median time of one draft-head forward of n tokens (a random head of this target's shape)."""
+    from .head import new_head
+    head = new_head(target).to(target.dtype)
+    prefix = 200
+    feats = torch.randn(1, prefix, target.hidden_size, generator=g).to(target.device, target.dtype)
+    toks = torch.randint(0, target.vocab_size, (1, prefix), generator=g).to(target.device)
+    out = []
+    with torch.no_grad():
+        cache = head.new_cache()
+        head(feats, toks, cache=cache)
+        for n in ns:
+            times = []
+            for _ in range(repeats + 1):
+                _sync(target.device)
+                t = time.perf_counter()
+                pred = head(feats[:, :n], toks[:, :n], cache=cache)
+                head.draft_logits(pred[0])
+                _sync(target.device)
+                times.append(time.perf_counter() - t)
+                crop_cache(cache, prefix)
+            out.append(1000 * statistics.median(times[1:]))
+    return out
 
 
 def save_curve(curve: dict, out: Path, title: str | None = None) -> tuple[Path, Path]:

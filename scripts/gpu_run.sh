@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One GPU, one prepared run: the figures the course shows for a GPU.
+#   1. the embedded target's verification cost curve on the GPU (fp32, as on the CPU);
+#   2. the cost curve and draft-head cost of a random-weight Vicuna-7B-shaped model in bf16
+#      (built directly on the GPU: no download), for the projected 7B speedup of notebook 06;
+#   3. the benchmark on the embedded target with the shipped head.
+# Run after `make setup` on a machine with CUDA:  bash scripts/gpu_run.sh
+# Results land in data/results/gpu/ with the GPU named inside each JSON (machine.gpu).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-data/results/gpu}
+mkdir -p "$OUT"
+"$PY" -m eagle_mini profile-target --device cuda --dtype fp32 --max-n 128 \
+    --out "$OUT/cost_curve_smollm2-135m_cuda.json"
+"$PY" -m eagle_mini profile-target --model random:vicuna-7b --device cuda --dtype bf16 \
+    --max-n 128 --with-head --out "$OUT/cost_curve_random_vicuna-7b_cuda.json"
+"$PY" -m eagle_mini bench --device cuda --dtype fp32 --n "${BENCH_N:-20}" \
+    --out "$OUT/bench_smollm2-135m_cuda_mtbench"
