@@ -63,8 +63,8 @@ def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, aut
         return new, {"new_tokens": len(new), "seconds": seconds, "target_forwards": counter.calls,
                      "tau": len(new) / max(counter.calls, 1)}
     tree = auto_tree if method == "auto" else None
-    gen = run_method(target, head, "eagle2" if method == "auto" else method, prompt,
-                     max_new_tokens, tree=tree, temperature=temperature, seed=seed)
+    gen = run_method(target, head, method, prompt, max_new_tokens, tree=tree,
+                     temperature=temperature, seed=seed)
     return gen.output_ids, gen.stats
 
 

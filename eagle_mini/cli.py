@@ -165,9 +165,6 @@ def run_method(target, head, method, prompt, max_new_tokens, tree=None, **kw):
     from .decode import generate, generate_vanilla
     if method == "vanilla":
         return generate_vanilla(target, prompt, max_new_tokens, **kw)
-    if method == "auto" and tree is None:
-        from .auto import auto_tree
-        tree = auto_tree(target, head)
     gen = generate(target, head, prompt, max_new_tokens, tree=tree or method, **kw)
     gen.stats["method"] = method
     return gen

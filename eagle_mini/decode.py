@@ -93,7 +93,8 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
              streamer=None, drafter=None) -> Generation:
     """EAGLE decoding (EAGLE §3): draft a tree with the head, verify it in one target forward.
 
-    tree: a method name ("eagle-chain", "eagle", "eagle2"), a static tree spec ("eagle1",
+    tree: a method name ("eagle-chain", "eagle", "eagle2", "auto": EAGLE-2 sized for this
+    machine, see `auto.py`), a static tree spec ("eagle1",
     "chain:K", a choices list) or a `DynamicTree`. The output is lossless: token-identical to
     `generate_vanilla` when greedy, and distributed exactly like it when sampling.
     `drafter` replaces the head's `Drafter` with any object offering `extend`, `draft`, `sampled`,
@@ -105,7 +106,10 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
 
     check_max_new_tokens(max_new_tokens)
     cfg = SamplingConfig(temperature, top_p, top_k)
-    if isinstance(tree, str) and tree in METHODS:
+    if isinstance(tree, str) and tree == "auto":
+        from .auto import auto_tree
+        tree = auto_tree(target, head)
+    elif isinstance(tree, str) and tree in METHODS:
         tree = METHODS[tree] or DynamicTree()
     ids = prepare_prompt(target, prompt)
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
