@@ -29,3 +29,15 @@ def setup_plots():
     import seaborn as sns
     sns.set_theme(style="whitegrid", context="notebook")
     plt.rcParams["figure.dpi"] = 90
+
+
+def roofline_seconds(n: int, weight_bytes: float, flops_per_token: float, bytes_per_s: float,
+                     flops_per_s: float) -> float:
+    """The roofline estimate of one batch-1 forward of n new tokens: the slower of reading every
+    weight once (shared by all n tokens) and doing n tokens' matmuls. KV cache, activations and
+    per-kernel overheads are left out, so a measured forward is never faster than this.
+
+    >>> roofline_seconds(1, weight_bytes=4e8, flops_per_token=2e8, bytes_per_s=1e10, flops_per_s=1e11)
+    0.04
+    """
+    return max(weight_bytes / bytes_per_s, n * flops_per_token / flops_per_s)
