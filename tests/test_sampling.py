@@ -35,4 +35,5 @@ def test_temperature_matches_hf_logits_processors():
 def test_warp_is_a_distribution(values, t, top_p):
     p = warp(torch.tensor(values), t, top_p=top_p)
     assert torch.isclose(p.sum(), torch.tensor(1.0), atol=1e-5) and (p >= 0).all()
-    assert p[torch.tensor(values).argmax()] > 0
+    full = warp(torch.tensor(values), t)
+    assert (p > 0)[full == full.max()].any()  # a most likely token always survives top-p
