@@ -173,8 +173,7 @@ def run_method(target, head, method, prompt, max_new_tokens, tree=None, **kw):
 def load_head(args, target):
     """--head DIR, else the shipped head for the target, else a random head (said loudly)."""
     from .heads import default_head
-    head, note = default_head(target, args.head, tree=args.tree)
-    return head, note
+    return default_head(target, args.head)
 
 
 def cmd_generate(args):
@@ -326,7 +325,6 @@ def cmd_bench(args):
     from pathlib import Path
     from .bench import bench, markdown_table, save
     target = load(args)
-    args.tree = None
     head, note = load_head(args, target)
     print(note, file=sys.stderr)
     n, tokens = (3, 32) if args.quick else (args.n, args.max_new_tokens)

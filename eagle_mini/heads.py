@@ -16,7 +16,7 @@ def shipped_head_dir(target_name: str) -> Path | None:
     return d if (d / "config.json").exists() else None
 
 
-def default_head(target, head_dir=None, tree=None) -> tuple[DraftHead, str]:
+def default_head(target, head_dir=None) -> tuple[DraftHead, str]:
     """(head, one-line note saying which head it is)."""
     if head_dir is not None:
         return DraftHead.load(head_dir, target), f"draft head from {head_dir}"
