@@ -62,13 +62,13 @@ def train_command(args, target, log=print) -> dict:
     vocab_ids = None
     if cfg.ce_vocab:
         vocab_ids = torch.tensor(frequent_tokens(target, cfg.ce_vocab), device=target.device)
+    start = args.start if args.start is not None else prior.get("next_train_record", 0)
     if args.features:
         from .features import FeatureDataset
         ds = FeatureDataset(args.features)
         ds.check_target(target)
         source = DumpSource(ds)
     else:
-        start = args.start if args.start is not None else prior.get("next_train_record", 0)
         source = StreamingSource(target, "train", max_len=cfg.max_len, cursor=start)
     val = validation_features(target, args.eval_conversations, cfg.max_len)
     result = train_head(head, target, source, work, cfg, stop_after=args.stop_after,
@@ -77,7 +77,7 @@ def train_command(args, target, log=print) -> dict:
     rounds = prior.get("rounds", []) + ([{
         "date": time.strftime("%Y-%m-%d"), "steps": state["step"], "tokens": state["tokens_seen"],
         "seconds": round(state["seconds"], 1), "config": asdict(cfg),
-        "source": args.features or f"stream train records from {source_start(args, prior)}",
+        "source": args.features or f"stream train records from {start}",
         "validation": result["eval"]}] if state["step"] >= cfg.steps else [])
     meta = {"tokens_seen": prior.get("tokens_seen", 0) + (state["tokens_seen"] if rounds else 0),
             "train_seconds": prior.get("train_seconds", 0) + (state["seconds"] if rounds else 0),
@@ -118,10 +118,6 @@ def write_card(out: Path, target_name: str, head, meta: dict) -> None:
                      f"`{r.get('command', '')}` |")
     lines += ["", "![loss curve of the latest round](loss_curve.png)", ""]
     (out / "README.md").write_text("\n".join(lines))
-
-
-def source_start(args, prior):
-    return args.start if args.start is not None else prior.get("next_train_record", 0)
 
 
 def plot_log(log_path: Path, png: Path) -> None:
