@@ -1,6 +1,6 @@
 """Features: the target's last hidden states, computed once for training the draft head.
 
-EAGLE §4 trains the head offline: each sample keeps its `input_ids`, the target's feature (the
+EAGLE §3.2 trains the head offline: each sample keeps its `input_ids`, the target's feature (the
 post-norm last hidden state, EAGLE §3.1) `features: [seq, hidden]` in fp16, and the `loss_mask`.
 Running the target is most of the training cost, so we batch it (right padding plus an attention
 mask, examples sorted by length so rows waste little padding, a token budget bounding memory) and

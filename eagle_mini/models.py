@@ -24,6 +24,7 @@ from transformers.utils import logging as hf_logging
 
 from .assets import asset_path
 from .errors import EagleMiniError
+from .packed import pack_linears
 from .target import Target
 
 # The course's named targets. `hub` entries need internet (and, for 7B, a GPU); `gguf` entries are
@@ -111,8 +112,12 @@ def resolve(name: str) -> str:
                          "or give a local HF model directory or a hub id (owner/name)")
 
 
-def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu") -> Target:
+def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
+                pack: bool = True) -> Target:
     """Load a target by course name, local directory or hub id and wrap it in a `Target`.
+
+    On a CPU in fp32, `pack` routes the linears through prepacked weights (`packed.py`): multi-token
+    forwards (tree verification) get cheaper, one-token forwards and prefill are unchanged.
 
     `random:<name>` (e.g. `random:vicuna-7b`) builds that architecture with random weights directly
     on `device`: the verification cost curve at 7B scale needs no download.
@@ -126,7 +131,10 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu") -
                                                      attn_implementation="sdpa")
     except OSError as e:
         raise EagleMiniError(f"cannot load model {name!r} from {where}: {str(e).splitlines()[0]}") from None
-    return Target(model.to(device).eval(), tokenizer, name=name)
+    model = model.to(device).eval()
+    if pack and model.device.type == "cpu" and model.dtype == torch.float32:
+        pack_linears(model)
+    return Target(model, tokenizer, name=name)
 
 
 def random_big_target(config_name: str, dtype="bf16", device: str = "cuda") -> Target:

@@ -41,31 +41,51 @@ def _sync(device):
 
 @torch.no_grad()
 def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repeats: int = 7,
-               warmup: int = 2, seed: int = 0, with_head: bool = False) -> dict:
-    """Median forward time of n new tokens (causal tree mask) over a cached prefix, per n."""
+               warmup: int = 2, seed: int = 0, with_head: bool = False,
+               compare_stock: bool = False) -> dict:
+    """Median forward time of n new tokens (causal tree mask) over a cached prefix, per n.
+
+    With `compare_stock` (and a target loaded with packed weights, `packed.py`) the stock kernels
+    are timed in the same run, rounds interleaved, and reported under `"stock"`: the before/after
+    of the packing on one machine at one moment.
+    """
+    from .packed import is_packed, pack_linears, unpack_linears
+    packed = is_packed(target.model)
+    variants = ["packed", "stock"] if compare_stock and packed else ["packed" if packed else "stock"]
     g = torch.Generator().manual_seed(seed)
     prefix = torch.randint(0, target.vocab_size, (prefix_len,), generator=g)
     cache = target.new_cache()
     target.forward(prefix, cache, all_logits=False)
-    times = {n: [] for n in ns}
-    for r in range(warmup + repeats):
-        order = list(ns) if r % 2 == 0 else list(reversed(ns))  # interleave, alternate direction
-        for n in order:
-            tokens = torch.randint(0, target.vocab_size, (n,), generator=g)
-            mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
-            _sync(target.device)
-            t = time.perf_counter()
-            target.forward(tokens, cache, tree_mask=mask)
-            _sync(target.device)
-            if r >= warmup:
-                times[n].append(time.perf_counter() - t)
-            crop_cache(cache, prefix_len)
-    median = {n: statistics.median(v) for n, v in times.items()}
+    times = {(v, n): [] for v in variants for n in ns}
+    try:
+        for r in range(warmup + repeats):
+            for v in variants if r % 2 == 0 else variants[::-1]:
+                (pack_linears if v == "packed" else unpack_linears)(target.model)
+                for n in list(ns) if r % 2 == 0 else list(reversed(ns)):  # alternate direction
+                    tokens = torch.randint(0, target.vocab_size, (n,), generator=g)
+                    mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+                    _sync(target.device)
+                    t = time.perf_counter()
+                    target.forward(tokens, cache, tree_mask=mask)
+                    _sync(target.device)
+                    if r >= warmup:
+                        times[v, n].append(time.perf_counter() - t)
+                    crop_cache(cache, prefix_len)
+    finally:
+        (pack_linears if packed else unpack_linears)(target.model)
+
+    def curve(v):
+        median = [statistics.median(times[v, n]) for n in ns]
+        return {"median_ms": [1000 * m for m in median], "relative": [m / median[0] for m in median]}
+
     head_ms = _head_cost(target, ns, repeats, g) if with_head else None
-    return {"head_median_ms": head_ms, "target": target.name, "dtype": str(target.dtype).replace("torch.", ""),
-            "device": str(target.device), "prefix_len": prefix_len, "repeats": repeats,
-            "ns": list(ns), "median_ms": [1000 * median[n] for n in ns],
-            "relative": [median[n] / median[ns[0]] for n in ns], "machine": machine_info()}
+    out = {"head_median_ms": head_ms, "target": target.name,
+           "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
+           "packed": packed, "prefix_len": prefix_len, "repeats": repeats, "ns": list(ns),
+           **curve(variants[0]), "machine": machine_info()}
+    if len(variants) == 2:
+        out["stock"] = curve("stock")
+    return out
 
 
 def _head_cost(target, ns, repeats, g) -> list[float]:
@@ -102,7 +122,10 @@ def save_curve(curve: dict, out: Path, title: str | None = None) -> tuple[Path, 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(curve, indent=2) + "\n")
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(curve["ns"], curve["relative"], "o-", label="measured c(n)/c(1)")
+    label = "measured c(n)/c(1)" + (", packed weights" if curve.get("packed") else "")
+    ax.plot(curve["ns"], curve["relative"], "o-", label=label)
+    if "stock" in curve:
+        ax.plot(curve["ns"], curve["stock"]["relative"], "s--", label="same run, stock kernels")
     ax.axhline(1.0, color="gray", ls="--", lw=1, label="flat (bandwidth bound ideal)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("new tokens per forward (n)")

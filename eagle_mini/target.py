@@ -3,7 +3,7 @@
 EAGLE §3 verifies a whole draft tree in one forward of the unmodified target. Three things make that
 possible with any Hugging Face causal LM, without forking its modeling file:
 
-* **explicit position ids**: a node at depth d sits at position `prefix_len + d` (EAGLE §3.2), so
+* **explicit position ids**: a node at depth d sits at position `prefix_len + d` (EAGLE §3.1), so
   siblings share a position;
 * **a 4D attention mask**: each new token attends to the whole cached prefix and to its tree
   ancestors and itself; HF passes a ready 4D mask through unchanged;

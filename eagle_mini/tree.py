@@ -1,6 +1,6 @@
 """The shape of a draft tree: who is whose parent, and the mask, positions and paths that follow.
 
-EAGLE §3.2 drafts a *tree* of tokens instead of a chain and verifies all of it in one target
+EAGLE §3.1 drafts a *tree* of tokens instead of a chain and verifies all of it in one target
 forward. Only the structure lives here; the drafter fills in tokens, verification walks the paths.
 
 * Node 0 is the **root**: the last accepted token (the target's bonus token). Every other node has a
@@ -52,7 +52,7 @@ def _as_int(x, what: str) -> int:
 
 @dataclass(eq=False)
 class Tree:
-    """A draft tree's structure (EAGLE §3.2). Give `parents` and `ranks`; the rest is derived.
+    """A draft tree's structure (EAGLE §3.1). Give `parents` and `ranks`; the rest is derived.
 
     parents:        [N] ints, parents[0] = -1, 0 <= parents[i] < i, depths non-decreasing
     ranks:          [N] ints, the top-k rank of each node among its parent's candidates; root 0
@@ -132,7 +132,7 @@ class Tree:
         return torch.bincount(self.depths).tolist()
 
     def positions(self, prefix_len: int) -> torch.Tensor:
-        """Position ids [N] = prefix_len + depth (EAGLE §3.2): the root sits at `prefix_len`.
+        """Position ids [N] = prefix_len + depth (EAGLE §3.1): the root sits at `prefix_len`.
 
         >>> chain(2).positions(10).tolist()
         [10, 11, 12]
@@ -185,7 +185,7 @@ def from_parents(parents, ranks=None) -> Tree:
 
 
 def from_choices(choices) -> Tree:
-    """A tree from EAGLE-1 choices (EAGLE §3.2): one rank path per draft node, root implicit.
+    """A tree from EAGLE-1 choices (EAGLE §3.1): one rank path per draft node, root implicit.
 
     Nodes are sorted by (depth, path), so parents come first and siblings by rank. Every prefix of
     a path must be a choice too, otherwise the node would hang from a missing parent.

@@ -1,0 +1,81 @@
+"""Prepacked weights change how a matmul runs, never what it computes (beyond float noise).
+
+Oracle: the stock `nn.Linear` / the unpacked model on the same inputs.
+"""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from eagle_mini import tiny_target
+from eagle_mini.packed import available, is_packed, pack_linears, unpack_linears
+from eagle_mini.tree import from_parents
+
+pytestmark = pytest.mark.skipif(not available(), reason="MKL packed GEMM not in this torch build")
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_linear_equals_stock_for_every_row_count(bias):
+    torch.manual_seed(0)
+    lin = nn.Linear(48, 80, bias=bias)
+    ref = copy.deepcopy(lin)
+    assert pack_linears(lin) == 1
+    with torch.no_grad():
+        for rows in range(1, 21):
+            x = torch.randn(1, rows, 48)
+            torch.testing.assert_close(lin(x), ref(x), atol=1e-5, rtol=1e-5)
+    assert set(lin._packed) == {4, 8, 16}  # 1-2 rows and > 16 rows stay on the stock path
+
+
+def test_weights_changed_after_packing_are_used():
+    """Packed copies follow in-place weight updates (e.g. loading a state dict)."""
+    torch.manual_seed(1)
+    lin = nn.Linear(16, 16, bias=False)
+    pack_linears(lin)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        lin(x)
+        lin.weight.mul_(2.0)
+        torch.testing.assert_close(lin(x), x @ lin.weight.T, atol=1e-5, rtol=1e-5)
+
+
+def test_gradients_take_the_stock_path():
+    lin = nn.Linear(8, 8)
+    pack_linears(lin)
+    x = torch.randn(6, 8, requires_grad=True)
+    lin(x).sum().backward()
+    assert x.grad is not None and lin.weight.grad is not None
+
+
+def test_state_dict_and_unpack_are_unchanged():
+    target = tiny_target("qwen2", seed=0)
+    before = {k: v.clone() for k, v in target.model.state_dict().items()}
+    pack_linears(target.model)
+    assert is_packed(target.model)
+    after = target.model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    unpack_linears(target.model)
+    assert not is_packed(target.model)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_tree_forward_packed_equals_stock(family):
+    """A 7-node tree verified with packed weights gives the stock logits and features."""
+    target = tiny_target(family, seed=2)
+    tree = from_parents([-1, 0, 0, 1, 1, 2, 3])
+    g = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, target.vocab_size, (11,), generator=g)
+    tokens = torch.randint(0, target.vocab_size, (tree.num_nodes,), generator=g)
+
+    def run():
+        cache = target.new_cache()
+        target.forward(prefix, cache)
+        return target.forward(tokens, cache, positions=tree.positions(11), tree_mask=tree.mask)
+
+    stock = run()
+    pack_linears(target.model)
+    packed = run()
+    torch.testing.assert_close(packed.logits, stock.logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(packed.features, stock.features, atol=1e-4, rtol=1e-4)
