@@ -7,10 +7,13 @@ draft time on calibration prompts and read the verification cost off the measure
 
     predicted speedup = L / (c(N)/c(1) + draft time per cycle / c(1))
 
-and keep the best. The choice is cached per target, head and device.
+and keep the best. The choice is cached per target, head, device, kernels (stock or packed, see
+`packed.py`) and thread count: each changes the curve.
 """
 import hashlib
 import json
+
+import torch
 
 from .models import cache_dir
 
@@ -53,16 +56,18 @@ def predict(stats_list, curve, tree_size) -> float:
     return per_cycle / (relative_cost(curve, tree_size) + draft / t1)
 
 
-
-
 def auto_tree(target, head, curve=None, prompts=None):
     """The cached best `DynamicTree` for (target, head, device); measured once if missing."""
     from .data import mtbench_prompts
     from .draft import DynamicTree
+    from .packed import is_packed
     from .profile import cost_curve
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
-    path = cache_dir() / "auto_tree" / f"{target.name.replace('/', '_')}_{target.device.type}_{digest}.json"
+    kernels = "packed" if is_packed(target.model) else "stock"
+    name = (f"{target.name.replace('/', '_')}_{target.device.type}_{kernels}"
+            f"_t{torch.get_num_threads()}_{digest}.json")
+    path = cache_dir() / "auto_tree" / name
     if path.exists():
         saved = json.loads(path.read_text())
         return DynamicTree(**saved["tree"])
