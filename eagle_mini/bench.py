@@ -164,7 +164,8 @@ def markdown_table(result) -> str:
     lines = [f"MT-bench-style run: {result['dataset']}, n={result['n']}, "
              f"{result['max_new_tokens']} new tokens, T={result['temperature']}, "
              f"{result['target']} {result['dtype']} on {result['device']} "
-             f"({result['machine']['cpu']}, {result['machine']['threads']} threads)", "",
+             f"({result['machine']['cpu']}, {result['machine']['threads']} threads"
+             + (", prepacked weights" if result["cost_curve"].get("packed") else "") + ")", "",
              "| method | tok/s | speedup | predicted | tau | mean cycle | draft/verify/other | = vanilla |",
              "|---|---|---|---|---|---|---|---|"]
     for m, r in result["methods"].items():
