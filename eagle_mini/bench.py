@@ -179,6 +179,21 @@ def markdown_table(result) -> str:
     return "\n".join(lines) + "\n"
 
 
+def calibration_bins(pairs, bins: int = 10) -> list[dict]:
+    """(draft confidence, accepted) pairs -> per confidence bin: its range, count, accepted count.
+
+    EAGLE-2 §3's calibration observation in a form small enough to commit.
+    >>> calibration_bins([(0.05, False), (0.95, True), (1.0, True)], bins=2)[1]
+    {'lo': 0.5, 'hi': 1.0, 'count': 2, 'accepted': 2}
+    """
+    out = []
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        inside = [a for c, a in pairs if lo <= c < hi or (b == bins - 1 and c == hi)]
+        out.append({"lo": lo, "hi": hi, "count": len(inside), "accepted": int(sum(inside))})
+    return out
+
+
 def save(result, out_dir) -> Path:
     """JSON + Markdown + plots (speedup bars, tau distribution, EAGLE-2 calibration)."""
     import matplotlib
@@ -188,7 +203,9 @@ def save(result, out_dir) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     slim = json.loads(json.dumps(result))
     for r in slim["methods"].values():
-        r.pop("calibration", None)
+        pairs = r.pop("calibration", None)
+        if pairs:
+            r["calibration_bins"] = calibration_bins(pairs)
     (out / "bench.json").write_text(json.dumps(slim, indent=2) + "\n")
     (out / "bench.md").write_text(markdown_table(result))
     methods = list(result["methods"])
@@ -209,18 +226,11 @@ def save(result, out_dir) -> Path:
     axes[1].set_ylabel("cycles")
     axes[1].set_title("distribution of tokens per cycle", fontsize=9)
     axes[1].legend(fontsize=8)
-    cal = result["methods"].get("eagle2", {}).get("calibration") or []
-    if cal:
-        conf = torch.tensor([c for c, _ in cal])
-        acc = torch.tensor([float(a) for _, a in cal])
-        edges = torch.linspace(0, 1, 11)
-        mids, rates = [], []
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            sel = (conf >= lo) & (conf < hi if hi < 1 else conf <= hi)
-            if sel.sum() >= 5:
-                mids.append(float((lo + hi) / 2))
-                rates.append(float(acc[sel].mean()))
-        axes[2].plot(mids, rates, "o-", label="measured")
+    cal = calibration_bins(result["methods"].get("eagle2", {}).get("calibration") or [])
+    shown = [b for b in cal if b["count"] >= 5]
+    if shown:
+        axes[2].plot([(b["lo"] + b["hi"]) / 2 for b in shown],
+                     [b["accepted"] / b["count"] for b in shown], "o-", label="measured")
         axes[2].plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
         axes[2].legend(fontsize=8)
     axes[2].set_xlabel("draft confidence of a node's token")
