@@ -1,13 +1,14 @@
 # eagle_mini: two commands do all set-up on a fresh machine.
 #   make demo   - create .venv, install pinned packages and the course assets, run the main job
 #   make test   - the same set-up if needed, then the whole test suite (pytest + notebooks)
+#   make assignments / make grade SUBMISSION=nb.ipynb - nbgrader classroom assignments
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: setup assets demo test test-fast clean
+.PHONY: setup assets demo test test-fast assignments grade clean
 
 setup: $(STAMP)
 
@@ -31,6 +32,14 @@ test: $(STAMP)
 ifneq ($(NOTEBOOKS),)
 	EAGLE_MINI_SCALE=ci $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider $(NOTEBOOKS)
 endif
+
+# Student versions of notebooks/assignments/source/* (solutions and hidden tests stripped).
+assignments: $(STAMP)
+	$(PY) -m eagle_mini.assignments release
+
+# Autograde one submitted notebook with the hidden tests: points per exercise and the total.
+grade: $(STAMP)
+	$(PY) -m eagle_mini.assignments grade "$(SUBMISSION)"
 
 clean:
 	rm -rf $(VENV) build *.egg-info
