@@ -5,6 +5,7 @@ for scripts and graders.
 """
 import argparse
 import json
+import os
 import sys
 
 from .errors import EagleMiniError
@@ -33,6 +34,8 @@ def add_target_args(p):
     p.add_argument("--dtype", default="fp32", help="fp32 (default), bf16 or fp16")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    p.add_argument("--no-pack", action="store_true",
+                   help="CPU: keep the stock matmul kernels (no prepacked weights, see packed.py)")
 
 
 METHOD_NAMES = ["vanilla", "eagle-chain", "eagle", "eagle2", "auto"]
@@ -70,6 +73,8 @@ def build_parser() -> Parser:
     p.add_argument("--repeats", type=positive_int, default=7)
     p.add_argument("--max-n", type=positive_int, default=64)
     p.add_argument("--with-head", action="store_true", help="also time a draft-head forward per n")
+    p.add_argument("--compare-stock", action="store_true",
+                   help="also time the stock kernels in the same run (before/after packing)")
     p.add_argument("--out", default=None, help="JSON path (default data/results/cost_curve_<model>.json)")
 
     r = sub.add_parser("prepare", help="convert the embedded target once into the cache")
@@ -149,6 +154,22 @@ def build_parser() -> Parser:
     e.add_argument("--n-prompts", type=positive_int, default=10)
     e.add_argument("--max-new-tokens", type=positive_int, default=64)
     e.add_argument("--out", default=None, help="write the metrics JSON here")
+
+    x = sub.add_parser("experiment", help="paper experiments: `uncertainty` = the feature-"
+                                          "uncertainty ablation (EAGLE Figs. 3, 4, 8); resumable")
+    x.add_argument("name", choices=["uncertainty"])
+    add_target_args(x)
+    x.add_argument("--size", default="full", choices=["tiny", "ci", "full"],
+                   help="tiny: smoke run; ci: notebook 02's live run; full: ~1 h on 2 CPU threads")
+    x.add_argument("--out", default="data/results/uncertainty.json")
+    x.add_argument("--work", default=None, help="checkpoints and finished parts "
+                                                "(default runs/uncertainty_<size>)")
+    for flag, kind in (("--train-tokens", positive_int), ("--val-tokens", positive_int),
+                       ("--max-len", positive_int), ("--epochs", positive_int),
+                       ("--batch-tokens", positive_int), ("--lr", float), ("--draft-vocab", int),
+                       ("--prompts", positive_int), ("--max-new-tokens", positive_int),
+                       ("--tree", str), ("--contexts", positive_int), ("--seed", int)):
+        x.add_argument(flag, type=kind, default=None, help="overrides the size's value")
     return parser
 
 
@@ -157,7 +178,10 @@ def load(args):
     from .models import load_target
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load_target(args.model, dtype=args.dtype, device=args.device)
+    device = args.device
+    if device == "cuda" and "LOCAL_RANK" in os.environ:  # `accelerate launch`: one GPU per process
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+    return load_target(args.model, dtype=args.dtype, device=device, pack=not args.no_pack)
 
 
 def run_method(target, head, method, prompt, max_new_tokens, tree=None, **kw):
@@ -235,14 +259,16 @@ def cmd_profile_target(args):
         ns.append(n)
         n *= 2
     curve = cost_curve(target, ns=tuple(ns), prefix_len=args.prefix_len, repeats=args.repeats,
-                       with_head=args.with_head)
+                       with_head=args.with_head, compare_stock=args.compare_stock)
     curve["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
     safe = args.model.replace("/", "_").replace(":", "_")
     out = Path(args.out or f"data/results/cost_curve_{safe}_{args.device}.json")
     json_path, png = save_curve(curve, out)
     heads = curve["head_median_ms"] or [None] * len(curve["ns"])
-    for n, ms, rel, hm in zip(curve["ns"], curve["median_ms"], curve["relative"], heads):
+    stock = curve.get("stock", {}).get("relative") or [None] * len(curve["ns"])
+    for n, ms, rel, hm, st in zip(curve["ns"], curve["median_ms"], curve["relative"], heads, stock):
         print(f"n={n:3d}  {ms:8.1f} ms  c(n)/c(1) = {rel:5.2f}"
+              + (f"   stock kernels {st:5.2f}" if st is not None else "")
               + (f"   head {hm:6.2f} ms" if hm is not None else ""))
     print(f"wrote {json_path} and {png}")
 
@@ -353,7 +379,12 @@ def cmd_eval_head(args):
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
 
-COMMANDS = {"prepare": cmd_prepare, "dump-features": cmd_dump_features,
+def cmd_experiment(args):
+    from .ablation import ablation_command
+    ablation_command(args, load(args))
+
+
+COMMANDS = {"experiment": cmd_experiment, "prepare": cmd_prepare, "dump-features": cmd_dump_features,
             "train-head": cmd_train_head, "eval-head": cmd_eval_head, "bench": cmd_bench, "check-lossless": cmd_check_lossless, "generate": cmd_generate, "profile-target": cmd_profile_target, "demo": cmd_demo}
 
 

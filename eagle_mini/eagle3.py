@@ -33,7 +33,7 @@ from torch import nn
 
 from .errors import EagleMiniError
 from .head import DraftHead
-from .train import loss_mask_positions, unrolled_predictions
+from .train import chain_acceptance, loss_mask_positions, unrolled_predictions
 
 
 def feature_layers(num_hidden_layers: int) -> tuple[int, int]:
@@ -124,38 +124,14 @@ def ttt_loss(head, inputs, features, input_ids, loss_mask, steps: int = 3, decay
     return loss, {"loss": loss.item(), "ce": ce, "top1": top1, "tokens": int(weight.sum())}
 
 
-@torch.no_grad()
-def chain_acceptance(head, inputs, features, input_ids, loss_mask, steps: int = 4) -> dict:
-    """n-alpha counts {n: (accepted, tried)} exactly as `train.chain_acceptance` defines them,
-    with the head's input (`inputs`, see `head_inputs`) apart from the target's `features`,
-    which give the labels. For an EAGLE-1 head, inputs = features gives the same counts."""
-    f = features[0].float()
-    target_next = (f[1:] @ head._shared["target_lm_head"].T).argmax(-1)  # target's t_{j+2}
-    preds = unrolled_predictions(head, head_inputs(head, inputs), input_ids, steps)
-    tok, n = input_ids[0], f.shape[0] - 1
-    agree = torch.zeros(n, dtype=torch.bool)
-    agree[:-1] = tok[2:] == target_next[:-1]  # the text follows the target's greedy choice
-    counts, corrects = {}, []
-    for k, p in enumerate(preds):
-        correct = head.draft_to_target[head.draft_logits(p).argmax(-1)] == target_next
-        ok = loss_mask[0, 1:].bool().clone()
-        for m in range(k):  # every earlier step of this chain was accepted and followed
-            idx = torch.arange(n) - k + m
-            anc = torch.zeros(n, dtype=torch.bool)
-            anc[idx >= 0] = corrects[m][idx[idx >= 0]] & agree[idx[idx >= 0]]
-            ok &= anc
-        counts[k] = (int((correct & ok).sum()), int(ok.sum()))
-        corrects.append(correct)
-    return counts
-
-
 def evaluate(head, rows, steps: int = 3) -> dict:
     """Pooled top-1 (= 0-alpha) and n-alpha over `layer_features` rows, for either kind of head."""
     key = "layers" if isinstance(head, FusedHead) else "features"
     pooled = [[0, 0] for _ in range(steps)]
     for r in rows:
-        counts = chain_acceptance(head, r[key][None], r["features"][None], r["input_ids"][None],
-                                  r["loss_mask"][None], steps)
+        counts = chain_acceptance(head, r["features"][None], r["input_ids"][None],
+                                  r["loss_mask"][None], steps,
+                                  inputs=head_inputs(head, r[key][None]))
         for k in range(steps):
             pooled[k][0] += counts[k][0]
             pooled[k][1] += counts[k][1]

@@ -1,4 +1,4 @@
-"""Training the draft head with the EAGLE-1 recipe (EAGLE §4; reference §2), on `accelerate`.
+"""Training the draft head with the EAGLE-1 recipe (EAGLE §3.2; reference §2), on `accelerate`.
 
 Loss at position i, where the head reads (f_i + noise, t_{i+1}) and predicts f'_{i+1}:
 
@@ -52,6 +52,19 @@ def loss_mask_positions(loss_mask: torch.Tensor) -> torch.Tensor:
     return loss_mask[:, 1:].float()
 
 
+def reading_ids(input_ids: torch.Tensor, token_shift: int = 1) -> torch.Tensor:
+    """Ids `r` such that the head at position i reads `r[:, i + 1]`: t_{i+1} for EAGLE's shifted
+    token (token_shift=1, `input_ids` itself), t_i for the *unshifted* token of the feature-
+    uncertainty ablation (token_shift=0, EAGLE §3.1, Fig. 8). input_ids: [b, T] -> [b, T].
+
+        >>> reading_ids(torch.tensor([[5, 6, 7]]), token_shift=0)
+        tensor([[5, 5, 6]])
+    """
+    if token_shift not in (0, 1):
+        raise EagleMiniError(f"token_shift must be 0 or 1, got {token_shift!r}")
+    return input_ids if token_shift else torch.cat([input_ids[:, :1], input_ids[:, :-1]], dim=1)
+
+
 def eagle_loss(head, features, input_ids, loss_mask, noise: float = 0.1, w_cls: float = 0.1,
                vocab_ids=None, generator=None):
     """features: [b, T, H] true features; input_ids, loss_mask: [b, T]. -> (loss, parts)."""
@@ -101,17 +114,23 @@ def unrolled_predictions(head, features, input_ids, steps: int = 4):
 
 
 @torch.no_grad()
-def chain_acceptance(head, features, input_ids, loss_mask, steps: int = 4) -> dict:
+def chain_acceptance(head, features, input_ids, loss_mask, steps: int = 4,
+                     token_shift: int = 1, inputs=None) -> dict:
     """n-alpha for n = 0..steps-1 (reference §6), teacher-forced on one sequence, as counts.
 
     n-alpha = acceptance of the draft token at chain step n given that every earlier step was
     accepted -- and that the text's token agrees with the target's choice there, so that the chain
     is one greedy decoding would have followed. 0-alpha is top-1 accuracy against the target's
     argmax. Returns {n: (accepted, tried)} so callers can pool sequences.
+    token_shift=0: a head that reads the unshifted token t_j at entry j (`reading_ids`); its chain
+    has the same labels and conditions, only the tokens it reads move (see `uncertainty.py`).
+    inputs: what the head reads where it is not the feature itself (an EAGLE-3 fused head's
+    normalized layers, `eagle3.head_inputs`); `features` still give the labels.
     """
     f = features[0].float()
     target_next = (f[1:] @ head._shared["target_lm_head"].T).argmax(-1)  # target's t_{j+2}
-    preds = unrolled_predictions(head, features, input_ids, steps)
+    preds = unrolled_predictions(head, features if inputs is None else inputs,
+                                 reading_ids(input_ids, token_shift), steps)
     tok = input_ids[0]
     n = f.shape[0] - 1
     agree = torch.zeros(n, dtype=torch.bool)
@@ -309,14 +328,14 @@ def save_checkpoint(head, optimizer, scheduler, noise_gen, cursor, state, cfg, p
 
 
 @torch.no_grad()
-def evaluate_head(head, examples_with_features, steps: int = 4) -> dict:
+def evaluate_head(head, examples_with_features, steps: int = 4, token_shift: int = 1) -> dict:
     """Pooled top-1 (= 0-alpha) and n-alpha over featurized examples."""
     pooled = {k: [0, 0] for k in range(steps)}
     for e in examples_with_features:
         ids = torch.as_tensor(e["input_ids"])[None]
         f = e["features"].float()[None]
         mask = torch.as_tensor(e["loss_mask"])[None]
-        for k, (a, n) in chain_acceptance(head, f, ids, mask, steps).items():
+        for k, (a, n) in chain_acceptance(head, f, ids, mask, steps, token_shift).items():
             pooled[k][0] += a
             pooled[k][1] += n
     alpha = [a / n if n else float("nan") for a, n in (pooled[k] for k in range(steps))]

@@ -4,11 +4,10 @@ import torch
 
 from eagle_mini import tiny_target
 from eagle_mini.data import Example
-from eagle_mini.eagle3 import (FusedHead, chain_acceptance, evaluate, feature_layers, head_inputs,
-                               layer_features, new_fused_head, ttt_loss)
+from eagle_mini.eagle3 import (FusedHead, evaluate, feature_layers, head_inputs, layer_features,
+                               new_fused_head, ttt_loss)
 from eagle_mini.features import compute_features
 from eagle_mini.head import new_head
-from eagle_mini.train import chain_acceptance as train_chain_acceptance
 from eagle_mini.train import eagle_loss
 
 
@@ -117,17 +116,6 @@ def test_ttt_training_lowers_every_steps_loss_and_trains_the_fusion(tiny):
         assert excess_after < 0.3 * excess_before, (k, before, after)
         assert after["top1"][k] > before["top1"][k] + 0.3
     assert not torch.equal(head.fuse3.weight, fuse0)
-
-
-def test_chain_acceptance_counts_equal_the_trainers(tiny):
-    """For an EAGLE-1 head (inputs = features) the counts are `train.chain_acceptance`'s."""
-    target, rows = tiny
-    for seed in range(3):
-        head = new_head(target, seed=seed)
-        for row in rows:
-            assert chain_acceptance(head, *batch(row), steps=4) == \
-                train_chain_acceptance(head, row["features"][None], row["input_ids"][None],
-                                       row["loss_mask"][None], steps=4)
 
 
 def test_fused_top1_is_the_first_steps_argmax_agreement(tiny):
