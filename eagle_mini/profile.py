@@ -49,7 +49,9 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
     are timed in the same run, rounds interleaved, and reported under `"stock"`: the before/after
     of the packing on one machine at one moment.
     """
-    from .packed import is_packed, pack_linears, unpack_linears
+    from contextlib import nullcontext
+
+    from .packed import is_packed, stock_kernels
     packed = is_packed(target.model)
     variants = ["packed", "stock"] if compare_stock and packed else ["packed" if packed else "stock"]
     g = torch.Generator().manual_seed(seed)
@@ -57,10 +59,9 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
     cache = target.new_cache()
     target.forward(prefix, cache, all_logits=False)
     times = {(v, n): [] for v in variants for n in ns}
-    try:
-        for r in range(warmup + repeats):
-            for v in variants if r % 2 == 0 else variants[::-1]:
-                (pack_linears if v == "packed" else unpack_linears)(target.model)
+    for r in range(warmup + repeats):  # warm-up rounds also pack the weights once per size
+        for v in variants if r % 2 == 0 else variants[::-1]:
+            with stock_kernels(target.model) if v == "stock" else nullcontext():
                 for n in list(ns) if r % 2 == 0 else list(reversed(ns)):  # alternate direction
                     tokens = torch.randint(0, target.vocab_size, (n,), generator=g)
                     mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
@@ -71,8 +72,6 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
                     if r >= warmup:
                         times[v, n].append(time.perf_counter() - t)
                     crop_cache(cache, prefix_len)
-    finally:
-        (pack_linears if packed else unpack_linears)(target.model)
 
     def curve(v):
         median = [statistics.median(times[v, n]) for n in ns]

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from eagle_mini import tiny_target
-from eagle_mini.packed import available, is_packed, pack_linears, unpack_linears
+from eagle_mini.packed import available, is_packed, pack_linears, stock_kernels, unpack_linears
 from eagle_mini.tree import from_parents
 
 pytestmark = pytest.mark.skipif(not available(), reason="MKL packed GEMM not in this torch build")
@@ -79,3 +79,18 @@ def test_tree_forward_packed_equals_stock(family):
     packed = run()
     torch.testing.assert_close(packed.logits, stock.logits, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(packed.features, stock.features, atol=1e-4, rtol=1e-4)
+
+
+def test_stock_kernels_switch_paths_and_keep_packed_copies():
+    torch.manual_seed(3)
+    lin = nn.Linear(32, 32, bias=False)
+    pack_linears(lin)
+    x = torch.randn(8, 32)
+    with torch.no_grad():
+        lin(x)
+        packed_copy = lin._packed[8]
+        with stock_kernels(lin):
+            torch.testing.assert_close(lin(x), x @ lin.weight.T, atol=1e-5, rtol=1e-5)
+            lin(torch.randn(16, 32))
+        assert lin._packed[8] is packed_copy and 16 not in lin._packed  # stock path packed nothing
+        assert lin._pack_sizes == (4, 8, 16)
