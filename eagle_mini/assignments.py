@@ -120,6 +120,15 @@ def _check(result: dict, what: str) -> None:
         raise EagleMiniError(f"nbgrader failed {what}:\n{tail}")
 
 
+def _strip_run_metadata(path: Path) -> None:
+    """Drop the timestamps a run leaves in cell metadata: sources are committed executed, student
+    versions must not change with every run."""
+    notebook = json.loads(path.read_text())
+    for cell in notebook["cells"]:
+        cell.get("metadata", {}).pop("execution", None)
+    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+
+
 @contextmanager
 def _course(names, source: Path):
     """A throwaway nbgrader course with `names` generated from `source`; yields (api, root).
@@ -138,6 +147,8 @@ def _course(names, source: Path):
         root = Path(tmp)
         for name in names:
             shutil.copytree(source / name, root / "source" / name)
+            for nb in (root / "source" / name).glob("*.ipynb"):
+                _strip_run_metadata(nb)
         write_kernel_spec(root / "kernels" / "python3")
         config = Config()
         config.CourseDirectory.root = str(root)
