@@ -315,6 +315,9 @@ def ablation_command(args, target, log=print) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     log(summary_table(result))
+    for row in paper_checks(result):
+        log(f"{'holds' if row['holds'] else 'FAILS'}: {row['claim']} (paper {row['paper']}; "
+            f"here {row['ours']})")
     log(f"wrote {out} ({result['elapsed_seconds'] / 60:.1f} min this session)")
     return result
 
@@ -331,3 +334,59 @@ def summary_table(result: dict) -> str:
         lines.append(f"| {v['label']} | {v['fc_in']} | {last['top1']:.3f} | {last['alpha'][1]:.3f} | "
                      f"{d.get('tau', float('nan')):.2f} | {d.get('speedup', float('nan')):.2f}x | {paper} |")
     return "\n".join(lines)
+
+
+def paper_checks(result: dict, near: float = 0.1) -> list[dict]:
+    """The paper's claims about the four inputs (EAGLE Figs. 4 and 8), each checked on `result`.
+
+    Orderings are strict; "about equal" means within `near` of the larger value, relatively.
+    Returns rows {"claim", "paper", "ours", "holds", "z"}: the numbers that decide each claim and,
+    for accuracies, the smallest two-proportion z-score among the compared pairs (the difference in
+    standard errors; the heads share their validation tokens, so this is conservative). Tau and
+    speedup come from one decode of a few prompts per head and get no z.
+    """
+    import math
+    v = result["variants"]
+    last = {n: v[n]["epochs"][-1] for n in v}
+    top1 = {n: last[n]["top1"] for n in v}
+    alpha1 = {n: last[n]["alpha"][1] for n in v}
+    tau = {n: v[n].get("decode", {}).get("tau", float("nan")) for n in v}
+    speed = {n: v[n].get("decode", {}).get("speedup", float("nan")) for n in v}
+    order = ("token", "feature", "shifted")
+
+    def z(k, lo, hi):   # (hi - lo) / standard error, k-alpha of two heads
+        (a1, n1), (a2, n2) = last[hi]["counts"][k], last[lo]["counts"][k]
+        if not (n1 and n2):
+            return None
+        p1, p2 = a1 / n1, a2 / n2
+        se = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
+        return round((p1 - p2) / se, 1) if se else None
+
+    def increasing(d):
+        return all(d[a] < d[b] for a, b in zip(order, order[1:]))
+
+    def show(d, names=order):
+        return ", ".join(f"{n} {d[n]:.3f}" for n in names)
+
+    pairs = list(zip(order, order[1:]))
+    others = [n for n in v if n != "shifted"]
+    return [
+        {"claim": "top-1: token only < feature only < feature & shifted token",
+         "paper": "0.32 < 0.63 < 0.78", "ours": show(top1), "holds": increasing(top1),
+         "z": min(z(0, a, b) for a, b in pairs)},
+        {"claim": "speedup in the same order", "paper": "1.5x < 1.9x < 2.8x", "ours": show(speed),
+         "holds": increasing(speed), "z": None},
+        {"claim": "tau in the same order (what carries over between machines)",
+         "paper": "(not reported)", "ours": show(tau), "holds": increasing(tau), "z": None},
+        {"claim": "unshifted 0-alpha about feature only's", "paper": "Fig. 8: about equal",
+         "ours": show(top1, ("feature", "unshifted")),
+         "holds": abs(top1["unshifted"] - top1["feature"])
+         <= near * max(top1["unshifted"], top1["feature"]), "z": z(0, "feature", "unshifted")},
+        {"claim": "unshifted 1-alpha above feature only's", "paper": "Fig. 8: higher",
+         "ours": show(alpha1, ("feature", "unshifted")),
+         "holds": alpha1["unshifted"] > alpha1["feature"], "z": z(1, "feature", "unshifted")},
+        {"claim": "feature & shifted token best on 0-alpha and 1-alpha", "paper": "Fig. 8: best",
+         "ours": f"0-alpha {top1['shifted']:.3f}, 1-alpha {alpha1['shifted']:.3f}",
+         "holds": all(top1["shifted"] > top1[n] and alpha1["shifted"] > alpha1[n] for n in others),
+         "z": min(min(z(0, n, "shifted"), z(1, n, "shifted")) for n in others)},
+    ]

@@ -196,9 +196,7 @@ def calibration_bins(pairs, bins: int = 10) -> list[dict]:
 
 def save(result, out_dir) -> Path:
     """JSON + Markdown + plots (speedup bars, tau distribution, EAGLE-2 calibration)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure   # no pyplot: leaves a notebook's backend alone
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     slim = json.loads(json.dumps(result))
@@ -209,7 +207,8 @@ def save(result, out_dir) -> Path:
     (out / "bench.json").write_text(json.dumps(slim, indent=2) + "\n")
     (out / "bench.md").write_text(markdown_table(result))
     methods = list(result["methods"])
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig = Figure(figsize=(15, 4))
+    axes = fig.subplots(1, 3)
     sp = [result["methods"][m]["speedup"] for m in methods]
     axes[0].bar(methods, sp, color=["gray" if s < 1 else "tab:green" for s in sp])
     axes[0].axhline(1, color="black", lw=0.8)
@@ -238,5 +237,4 @@ def save(result, out_dir) -> Path:
     axes[2].set_title("EAGLE-2 calibration (nodes offered at reached depths)", fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "bench.png", dpi=100)
-    plt.close(fig)
     return out

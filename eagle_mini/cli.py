@@ -114,6 +114,8 @@ def build_parser() -> Parser:
     src.add_argument("--features", help="a dump-features directory")
     src.add_argument("--stream", action="store_true",
                      help="compute features on the fly from unseen train conversations")
+    t.add_argument("--regenerated", default=None,
+                   help="with --stream: train on a `regenerate` file (the target's own replies)")
     t.add_argument("--out", required=True, help="where the trained head is written (bf16)")
     t.add_argument("--work", default=None, help="checkpoints and log (default runs/<out name>)")
     t.add_argument("--init", default=None, help="continue from this head directory")
@@ -134,6 +136,19 @@ def build_parser() -> Parser:
     t.add_argument("--ckpt-every", type=positive_int, default=50)
     t.add_argument("--log-every", type=positive_int, default=10)
     t.add_argument("--seed", type=int, default=0)
+
+    g = sub.add_parser("regenerate", help="ShareGPT user turns with the target's own replies "
+                                          "(training text for the head); resumable")
+    add_target_args(g)
+    g.add_argument("--split", default="train", choices=["train", "validation", "test"])
+    g.add_argument("--start", type=int, default=0, help="skip this many records of the split")
+    g.add_argument("--max-conversations", type=positive_int, default=100)
+    g.add_argument("--batch-size", type=positive_int, default=8)
+    g.add_argument("--max-new-tokens", type=positive_int, default=256, help="per reply")
+    g.add_argument("--max-len", type=positive_int, default=1024, help="prompt tokens per turn")
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--out", required=True, help="JSON lines file (appended to when resumed)")
 
     b = sub.add_parser("bench", help="EAGLE vs vanilla, HF generate and prompt lookup, side by side")
     add_target_args(b)
@@ -379,12 +394,24 @@ def cmd_eval_head(args):
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
 
+def cmd_regenerate(args):
+    from .regenerate import regenerate_split
+    if args.temperature < 0:
+        raise EagleMiniError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.start < 0:
+        raise EagleMiniError(f"--start must be >= 0, got {args.start}")
+    result = regenerate_split(load(args), args.out, args.split, args.start, args.max_conversations,
+                              args.batch_size, args.max_new_tokens, args.max_len,
+                              args.temperature, args.seed)
+    print(json.dumps(result))
+
+
 def cmd_experiment(args):
     from .ablation import ablation_command
     ablation_command(args, load(args))
 
 
-COMMANDS = {"experiment": cmd_experiment, "prepare": cmd_prepare, "dump-features": cmd_dump_features,
+COMMANDS = {"experiment": cmd_experiment, "regenerate": cmd_regenerate, "prepare": cmd_prepare, "dump-features": cmd_dump_features,
             "train-head": cmd_train_head, "eval-head": cmd_eval_head, "bench": cmd_bench, "check-lossless": cmd_check_lossless, "generate": cmd_generate, "profile-target": cmd_profile_target, "demo": cmd_demo}
 
 

@@ -45,6 +45,8 @@ class ShareGPT:
     skipped: Counter = field(default_factory=Counter)
     truncated: bool = False   # the file ends inside a record
     tail_chars: int = 0       # characters of that partial record, dropped
+    source: str = ""          # set when the messages come from elsewhere (`regenerate`)
+    header: dict = field(default_factory=dict)
 
 
 @dataclass

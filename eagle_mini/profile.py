@@ -114,13 +114,12 @@ def _head_cost(target, ns, repeats, g) -> list[float]:
 
 def save_curve(curve: dict, out: Path, title: str | None = None) -> tuple[Path, Path]:
     """Write the curve as JSON and a PNG plot next to it."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure   # no pyplot: leaves a notebook's backend alone
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(curve, indent=2) + "\n")
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     label = "measured c(n)/c(1)" + (", packed weights" if curve.get("packed") else "")
     ax.plot(curve["ns"], curve["relative"], "o-", label=label)
     if "stock" in curve:
@@ -135,5 +134,4 @@ def save_curve(curve: dict, out: Path, title: str | None = None) -> tuple[Path, 
     fig.tight_layout()
     png = out.with_suffix(".png")
     fig.savefig(png, dpi=110)
-    plt.close(fig)
     return out, png

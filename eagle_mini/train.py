@@ -207,7 +207,9 @@ class StreamingSource:
             if tokens >= batch_tokens:
                 break
         if not picked:
-            raise EagleMiniError(f"the {self.split} split is used up (cursor {self.cursor})")
+            where = self.data.source
+            raise EagleMiniError(f"the {self.split} split is used up (cursor {self.cursor})"
+                                 + (f": {where} has no more regenerated conversations" if where else ""))
         self.cursor = picked[-1].index + 1 - self.first
         return picked
 
@@ -313,10 +315,31 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
     if accelerator.is_main_process and state["step"] - start_step and state["step"] % cfg.ckpt_every:
         save_checkpoint(accelerator.unwrap_model(model), optimizer, scheduler, noise_gen,
                         source.cursor, state, cfg, ckpt)
+    if accelerator.is_main_process and log_path.exists():
+        write_csv(log_path)
     if evaluate_fn is not None and state["step"] >= cfg.steps and evaluated_at != state["step"]:
         model.eval()
         metrics = evaluate_fn(accelerator.unwrap_model(model))
     return {"state": state, "eval": metrics}
+
+
+def write_csv(log_path: Path) -> Path:
+    """log.jsonl -> log.csv beside it, one row per step; evaluation columns where one ran."""
+    import csv
+    rows = [json.loads(r) for r in Path(log_path).read_text().splitlines() if r.strip()]
+    flat = []
+    for r in rows:
+        ev = r.pop("eval", None) or {}
+        r.update({"val_top1": ev.get("top1", "")} if ev else {})
+        r.update({f"val_alpha{k}": a for k, a in enumerate(ev.get("alpha", []))})
+        flat.append(r)
+    columns = list(dict.fromkeys(k for r in flat for k in r))
+    out = Path(log_path).with_suffix(".csv")
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, columns, restval="")
+        w.writeheader()
+        w.writerows(flat)
+    return out
 
 
 def save_checkpoint(head, optimizer, scheduler, noise_gen, cursor, state, cfg, path: Path):

@@ -85,6 +85,11 @@ def test_killed_and_resumed_run_equals_uninterrupted(tiny, tmp_path):
         assert torch.equal(x, y), k
     log = [json.loads(r) for r in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == list(range(1, 9))
+    import csv
+    with open(tmp_path / "b" / "log.csv") as fh:   # the same log as CSV, rewritten after resuming
+        table = list(csv.DictReader(fh))
+    assert [int(r["step"]) for r in table] == list(range(1, 9))
+    assert [float(r["loss"]) for r in table] == [r["loss"] for r in log]
 
 
 def test_dump_train_save_load_generate(tmp_path):

@@ -7,8 +7,8 @@ import torch
 
 import eagle_mini.train
 from eagle_mini import EagleMiniError, tiny_target
-from eagle_mini.ablation import (AblationConfig, EpochSource, config_from_args, run_ablation,
-                                 summary_table)
+from eagle_mini.ablation import (AblationConfig, EpochSource, config_from_args, paper_checks,
+                                 run_ablation, summary_table)
 from eagle_mini.cli import build_parser
 from eagle_mini.data import Example
 from eagle_mini.decode import generate, generate_vanilla
@@ -124,6 +124,35 @@ def test_result_json_schema(result):
     e = res["uncertainty"]["entropy"]
     assert len(e["mean_entropy"]) == 3 and set(e["rel_error"]) == set(res["variants"])
     assert "| feature & shifted token | 128 |" in summary_table(res)
+
+
+def _fake_result(top1, alpha1, tau):
+    def counts(n):
+        return [[round(top1[n] * 1000), 1000], [round(alpha1[n] * 300), 300]]
+    return {"variants": {n: {"epochs": [{"top1": top1[n], "alpha": [top1[n], alpha1[n]],
+                                         "counts": counts(n)}],
+                             "decode": {"tau": tau[n], "speedup": tau[n] / 2}}
+                         for n in ("token", "feature", "unshifted", "shifted")}}
+
+
+def test_paper_checks_hold_on_the_papers_pattern_and_fail_off_it():
+    paper_like = _fake_result({"token": .3, "feature": .6, "unshifted": .62, "shifted": .8},
+                              {"token": .2, "feature": .4, "unshifted": .5, "shifted": .7},
+                              {"token": 1.5, "feature": 1.9, "unshifted": 2.0, "shifted": 2.8})
+    rows = paper_checks(paper_like)
+    assert all(r["holds"] for r in rows)
+    # token 0.3 vs feature 0.6 on 1000 tokens each: z = 0.3 / sqrt(.21/1000 + .24/1000) = 14.1;
+    # feature 0.6 vs shifted 0.8: 0.2 / sqrt(.24/1000 + .16/1000) = 10.0, the smaller one
+    assert rows[0]["z"] == 10.0 and rows[1]["z"] is None
+    off = _fake_result({"token": .5, "feature": .4, "unshifted": .2, "shifted": .45},
+                       {"token": .2, "feature": .4, "unshifted": .3, "shifted": .7},
+                       {"token": 1.5, "feature": 1.9, "unshifted": 2.0, "shifted": 2.8})
+    holds = {r["claim"].split(":")[0]: r["holds"] for r in paper_checks(off)}
+    assert holds == {"top-1": False, "speedup in the same order": True,
+                     "tau in the same order (what carries over between machines)": True,
+                     "unshifted 0-alpha about feature only's": False,
+                     "unshifted 1-alpha above feature only's": False,
+                     "feature & shifted token best on 0-alpha and 1-alpha": False}
 
 
 def test_a_rerun_skips_finished_variants(target, tmp_path, monkeypatch):

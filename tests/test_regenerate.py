@@ -1,0 +1,84 @@
+"""Regenerated training text: the target's replies, batched, must be its greedy replies; resumable."""
+import json
+
+import pytest
+
+from eagle_mini.data import iter_conversations
+from eagle_mini.decode import generate_vanilla
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.regenerate import (generate_batch, read_regenerated, regenerate_conversations,
+                                   regenerate_split)
+
+
+def test_batched_replies_equal_vanilla_greedy(smollm):
+    # oracle: our one-sequence greedy loop; the batch pads the shorter prompt on the left
+    prompts = ["Name three colours.", "Write one sentence about the sea, please, in English."]
+    ids = [smollm.chat_ids(p) for p in prompts]
+    assert len(ids[0]) != len(ids[1])
+    for (reply, stop), p in zip(generate_batch(smollm, ids, 6), prompts):
+        van = generate_vanilla(smollm, p, 6)
+        assert stop == "length" and reply == van.output_ids
+
+
+def test_turns_are_replaced_in_order(smollm):
+    conv = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "ORIGINAL-1"},
+            {"role": "user", "content": "Now say bye."}, {"role": "assistant", "content": "ORIGINAL-2"}]
+    (msgs, stop), = regenerate_conversations(smollm, [conv], max_new_tokens=48)
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
+    assert msgs[0] == conv[0] and msgs[2] == conv[2]
+    assert "ORIGINAL" not in msgs[1]["content"] + msgs[3]["content"]
+    # the second reply is the target's greedy reply to the conversation with its own first reply
+    second = generate_vanilla(smollm, msgs[:3], 48)
+    assert msgs[3]["content"] == smollm.tokenizer.decode(
+        [t for t in second.output_ids if t not in smollm.eos_token_ids], skip_special_tokens=True).strip()
+    assert stop in ("done", "length")
+
+
+def test_cut_reply_ends_the_conversation_and_a_reply_to_nobody_is_dropped(smollm):
+    conv = [{"role": "assistant", "content": "hello?"}, {"role": "user", "content": "Count to 50."},
+            {"role": "assistant", "content": "x"}, {"role": "user", "content": "again"},
+            {"role": "assistant", "content": "y"}]
+    (msgs, stop), = regenerate_conversations(smollm, [conv], max_new_tokens=3)
+    assert stop == "length"
+    assert [m["role"] for m in msgs] == ["user", "assistant"]
+
+
+def test_split_resumes_after_a_torn_line_and_checks_settings(smollm, tmp_path):
+    out = tmp_path / "regen.jsonl"
+    kw = dict(split="validation", batch_size=2, max_new_tokens=4, max_len=256, log=lambda *a: None)
+    first = regenerate_split(smollm, out, max_conversations=2, **kw)
+    assert first["conversations"] == 2
+    kept = out.read_text()
+    with open(out, "a") as f:
+        f.write('{"index": 15002, "messa')          # a run killed while writing
+    again = regenerate_split(smollm, out, max_conversations=3, **kw)
+    text = out.read_text()
+    assert text.startswith(kept) and again["conversations"] == 3
+    lines = [json.loads(line) for line in text.splitlines()]   # every line parses: tail is gone
+    assert len(lines) == 1 + 3 and len({r["index"] for r in lines[1:]}) == 3
+    with pytest.raises(EagleMiniError, match="other settings"):
+        regenerate_split(smollm, out, max_conversations=3, **{**kw, "max_new_tokens": 5})
+
+    data = read_regenerated(out)
+    got = list(iter_conversations("validation", smollm.tokenizer, data=data))
+    regenerated = [r for r in lines[1:] if any(m["role"] == "assistant" for m in r["messages"])]
+    assert [e.index for e in got] == sorted(r["index"] for r in regenerated)
+    for ex in got:
+        assert sum(ex.loss_mask) > 0      # replies are trained on
+
+
+def test_not_a_regenerated_file(tmp_path):
+    bad = tmp_path / "x.jsonl"
+    bad.write_text('{"format": "something else"}\n')
+    with pytest.raises(EagleMiniError, match="not a regenerated"):
+        read_regenerated(bad)
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    from eagle_mini.cli import main
+    assert main(["regenerate", "--out", str(tmp_path / "r.jsonl"), "--temperature", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--temperature" in err
+    assert main(["train-head", "--stream", "--regenerated", str(tmp_path / "missing.jsonl"),
+                 "--out", str(tmp_path / "h"), "--threads", "2"]) == 2
+    assert "no regenerated conversations" in capsys.readouterr().err
