@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from .errors import EagleMiniError
+from .profile import results_json
 from .uncertainty import PAPER, VARIANTS, branch_probe, error_by_entropy, make_drafter, training_rows
 
 FORMAT = "eagle_mini.uncertainty/1"
@@ -313,7 +314,7 @@ def ablation_command(args, target, log=print) -> dict:
                           command="python -m eagle_mini " + " ".join(sys.argv[1:]), log=log)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    out.write_text(results_json(result, indent=1))
     log(summary_table(result))
     for row in paper_checks(result):
         log(f"{'holds' if row['holds'] else 'FAILS'}: {row['claim']} (paper {row['paper']}; "

@@ -22,7 +22,7 @@ import torch
 from .data import load_prompts
 from .errors import EagleMiniError
 from .auto import choose_auto_tree, predict
-from .profile import cost_curve, machine_info
+from .profile import cost_curve, machine_info, results_json
 
 METHODS = ("vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2", "auto")
 
@@ -204,7 +204,7 @@ def save(result, out_dir) -> Path:
         pairs = r.pop("calibration", None)
         if pairs:
             r["calibration_bins"] = calibration_bins(pairs)
-    (out / "bench.json").write_text(json.dumps(slim, indent=2) + "\n")
+    (out / "bench.json").write_text(results_json(slim))
     (out / "bench.md").write_text(markdown_table(result))
     methods = list(result["methods"])
     fig = Figure(figsize=(15, 4))

@@ -315,7 +315,7 @@ def cmd_check_lossless(args):
     """The large greedy-losslessness check, with a JSON record of every prompt."""
     from pathlib import Path
     from .data import mtbench_prompts
-    from .profile import machine_info
+    from .profile import machine_info, results_json
     target = load(args)
     head, note = load_head(args, target)
     methods = [m.strip() for m in args.methods.split(",")]
@@ -335,7 +335,7 @@ def cmd_check_lossless(args):
               "head": note, "max_new_tokens": args.max_new_tokens, "all_identical": ok,
               "rows": rows, "machine": machine_info()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    Path(args.out).write_text(results_json(result))
     print(f"all identical: {ok}; wrote {args.out}")
     if not ok:
         raise EagleMiniError("EAGLE output differs from vanilla greedy (see the JSON)")
@@ -382,6 +382,7 @@ def cmd_bench(args):
 def cmd_eval_head(args):
     from pathlib import Path
     from .recipes import eval_command
+    from .profile import results_json
     target = load(args)
     head, note = load_head(args, target)
     print(note, file=sys.stderr)
@@ -391,7 +392,7 @@ def cmd_eval_head(args):
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        Path(args.out).write_text(results_json(result))
 
 
 def cmd_regenerate(args):

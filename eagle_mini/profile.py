@@ -7,6 +7,7 @@ module measures the curve on the machine at hand: a forward of n new tokens over
 for n = 1, 2, 4, ..., repeated with the n values interleaved, medians reported relative to n = 1.
 """
 import json
+import math
 import platform
 import statistics
 import time
@@ -32,6 +33,21 @@ def machine_info() -> dict:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
+
+
+def results_json(value, indent: int = 2) -> str:
+    """JSON text for a results file. A rate with nothing to count (an alpha at a depth no chain
+    reached) is NaN in Python but has no JSON spelling: it is written as null, so every results
+    file stays readable by strict parsers (`json.loads(..., parse_constant=...)`, jq, browsers)."""
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+    return json.dumps(clean(value), indent=indent, allow_nan=False) + "\n"
 
 
 def _sync(device):
@@ -117,7 +133,7 @@ def save_curve(curve: dict, out: Path, title: str | None = None) -> tuple[Path, 
     from matplotlib.figure import Figure   # no pyplot: leaves a notebook's backend alone
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(curve, indent=2) + "\n")
+    out.write_text(results_json(curve))
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     label = "measured c(n)/c(1)" + (", packed weights" if curve.get("packed") else "")

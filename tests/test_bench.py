@@ -33,3 +33,10 @@ def test_relative_cost_interpolates_the_curve():
     curve = {"ns": [1, 2, 4], "relative": [1.0, 1.2, 2.0]}
     assert relative_cost(curve, 1) == 1.0 and relative_cost(curve, 3) == 1.6
     assert relative_cost(curve, 8) == 4.0
+
+
+def test_results_json_writes_rates_with_nothing_to_count_as_null():
+    from eagle_mini.profile import results_json
+    text = results_json({"alpha": [0.5, float("nan")], "nested": [{"x": float("inf")}], "n": 3})
+    strict = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    assert strict == {"alpha": [0.5, None], "nested": [{"x": None}], "n": 3}

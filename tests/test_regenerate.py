@@ -23,12 +23,12 @@ def test_batched_replies_equal_vanilla_greedy(smollm):
 def test_turns_are_replaced_in_order(smollm):
     conv = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "ORIGINAL-1"},
             {"role": "user", "content": "Now say bye."}, {"role": "assistant", "content": "ORIGINAL-2"}]
-    (msgs, stop), = regenerate_conversations(smollm, [conv], max_new_tokens=48)
+    (msgs, stop), = regenerate_conversations(smollm, [conv], max_new_tokens=64)
     assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
     assert msgs[0] == conv[0] and msgs[2] == conv[2]
     assert "ORIGINAL" not in msgs[1]["content"] + msgs[3]["content"]
     # the second reply is the target's greedy reply to the conversation with its own first reply
-    second = generate_vanilla(smollm, msgs[:3], 48)
+    second = generate_vanilla(smollm, msgs[:3], 64)
     assert msgs[3]["content"] == smollm.tokenizer.decode(
         [t for t in second.output_ids if t not in smollm.eos_token_ids], skip_special_tokens=True).strip()
     assert stop in ("done", "length")
