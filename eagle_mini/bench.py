@@ -119,6 +119,15 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
     return result
 
 
+def _common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature, auto_tree):
     tokens = sum(s["new_tokens"] for s in stats)
     seconds = sum(s["seconds"] for s in stats)
@@ -127,6 +136,13 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
            "tau": tokens / max(forwards, 1), "new_tokens": tokens, "seconds": seconds,
            "equal_to_vanilla": (all(a == b for a, b in zip(outs, vanilla_outs))
                                 if temperature == 0 else None)}
+    if temperature == 0:
+        # how far from vanilla a mismatch is: whole prompts identical, and the share of tokens
+        # produced before the first differing one (in bf16/fp16 a near-tie can flip between a
+        # one-token and a many-token forward, after which the texts part)
+        row["identical_prompts"] = sum(a == b for a, b in zip(outs, vanilla_outs))
+        row["prefix_agreement"] = (sum(_common_prefix(a, b) for a, b in zip(outs, vanilla_outs))
+                                   / max(sum(len(b) for b in vanilla_outs), 1))
     if "cycle_lengths" in stats[0]:
         cycles = [c for s in stats for c in s["cycle_lengths"]]
         row["mean_cycle_length"] = sum(cycles) / max(len(cycles), 1)
@@ -174,6 +190,9 @@ def markdown_table(result) -> str:
         split = (f"{r['draft_fraction']:.0%}/{r['verify_fraction']:.0%}/{r['other_fraction']:.0%}"
                  if "draft_fraction" in r else "")
         eq = {True: "yes", False: "NO", None: "n/a"}[r["equal_to_vanilla"]]
+        if r["equal_to_vanilla"] is False and "identical_prompts" in r:
+            eq += (f" ({r['identical_prompts']}/{result['n']} prompts, "
+                   f"{r['prefix_agreement']:.0%} of tokens before the first difference)")
         lines.append(f"| {m} | {r['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {pred} | "
                      f"{r['tau']:.2f} | {cyc} | {split} | {eq} |")
     return "\n".join(lines) + "\n"

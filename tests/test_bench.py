@@ -40,3 +40,13 @@ def test_results_json_writes_rates_with_nothing_to_count_as_null():
     text = results_json({"alpha": [0.5, float("nan")], "nested": [{"x": float("inf")}], "n": 3})
     strict = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert strict == {"alpha": [0.5, None], "nested": [{"x": None}], "n": 3}
+
+
+def test_a_mismatch_reports_how_many_prompts_and_tokens_still_agree():
+    from eagle_mini.bench import summarize
+    stats = [{"new_tokens": 4, "seconds": 1.0, "target_forwards": 4}] * 2
+    vanilla = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    row = summarize("hf-generate", stats, [[1, 2, 3, 4], [5, 6, 9, 9]], vanilla, 4.0, {}, 0.0, None)
+    assert row["equal_to_vanilla"] is False and row["identical_prompts"] == 1
+    assert row["prefix_agreement"] == 6 / 8
+    assert "identical_prompts" not in summarize("hf-generate", stats, vanilla, vanilla, 4.0, {}, 1.0, None)
