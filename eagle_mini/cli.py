@@ -389,10 +389,11 @@ def cmd_eval_head(args):
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note,
               **eval_command(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
                              tree=parse_tree_arg(args.tree))}
-    print(json.dumps(result, indent=2))
+    text = results_json(result)
+    print(text, end="")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(results_json(result))
+        Path(args.out).write_text(text)
 
 
 def cmd_regenerate(args):
