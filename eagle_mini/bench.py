@@ -116,6 +116,9 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
     for m in methods:
         result["methods"][m] = summarize(m, rows[m], outputs[m], outputs["vanilla"], van_tps,
                                          curve, temperature, auto_tree)
+        if temperature == 0 and not result["methods"][m]["equal_to_vanilla"]:
+            result["methods"][m]["first_difference"] = first_difference_margins(
+                target, prompts, outputs[m], outputs["vanilla"])
     return result
 
 
@@ -126,6 +129,40 @@ def _common_prefix(a, b) -> int:
             break
         n += 1
     return n
+
+
+@torch.no_grad()
+def first_difference_margins(target, prompts, outs, vanilla_outs) -> dict | None:
+    """Where a method's greedy text first parts from vanilla's: how close was the choice?
+
+    For each prompt whose output differs, one forward of prompt + shared prefix (in the run's
+    dtype) gives `logit[vanilla's token] - logit[method's token]` at the parting position. Beside
+    it, the top-1 minus top-2 logit gap at every position of vanilla's own outputs, and the share
+    of those positions whose gap is no larger: if partings happen only at gaps that rare and that
+    small, the texts part at near-ties (float rounding), not at a wrong acceptance. None when no
+    prompt differs.
+    """
+    from .decode import prepare_prompt
+    margins = []
+    for prompt, out, van in zip(prompts, outs, vanilla_outs):
+        k = _common_prefix(out, van)
+        if k == min(len(out), len(van)):
+            continue   # same text (or one stopped earlier at the same place)
+        ids = prepare_prompt(target, prompt) + van[:k]
+        logits = target.model(torch.tensor([ids], device=target.device)).logits[0, -1].float()
+        margins.append(float(logits[van[k]] - logits[out[k]]))
+    if not margins:
+        return None
+    gaps = []
+    for prompt, van in zip(prompts, vanilla_outs):
+        ids = prepare_prompt(target, prompt)
+        logits = target.model(torch.tensor([ids + van], device=target.device)).logits[0].float()
+        top = logits[len(ids) - 1:len(ids) - 1 + len(van)].topk(2, dim=-1).values
+        gaps += (top[:, 0] - top[:, 1]).tolist()
+    gaps.sort()
+    share = [sum(g <= abs(m) for g in gaps) / len(gaps) for m in margins]
+    return {"margins": margins, "median_vanilla_gap": statistics.median(gaps),
+            "share_of_vanilla_gaps_at_most_margin": share}
 
 
 def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature, auto_tree):
@@ -195,6 +232,16 @@ def markdown_table(result) -> str:
                    f"{r['prefix_agreement']:.0%} of tokens before the first difference)")
         lines.append(f"| {m} | {r['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {pred} | "
                      f"{r['tau']:.2f} | {cyc} | {split} | {eq} |")
+    notes = [(m, r["first_difference"]) for m, r in result["methods"].items()
+             if r.get("first_difference")]
+    if notes:
+        lines += ["", "Where a text first parts from vanilla's: logit(vanilla's token) - "
+                  "logit(the method's token), one forward of the shared text; beside it, the share "
+                  "of vanilla's own positions whose top-1 - top-2 gap is no larger.", ""]
+        for m, d in notes:
+            pairs = ", ".join(f"{g:.3f} ({s:.1%})" for g, s in
+                              zip(d["margins"], d["share_of_vanilla_gaps_at_most_margin"]))
+            lines.append(f"- {m}: {pairs}; vanilla's median top-2 gap {d['median_vanilla_gap']:.2f}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,10 +1,13 @@
 """The benchmark in --quick form on a tiny model: every method runs, ratios are consistent."""
 import json
 
+import pytest
+import torch
 
 from eagle_mini import tiny_target
 from eagle_mini.auto import relative_cost
 from eagle_mini.bench import METHODS, bench, markdown_table, save
+from eagle_mini.decode import generate_vanilla
 from eagle_mini.head import new_head
 
 
@@ -50,3 +53,19 @@ def test_a_mismatch_reports_how_many_prompts_and_tokens_still_agree():
     assert row["equal_to_vanilla"] is False and row["identical_prompts"] == 1
     assert row["prefix_agreement"] == 6 / 8
     assert "identical_prompts" not in summarize("hf-generate", stats, vanilla, vanilla, 4.0, {}, 1.0, None)
+
+
+def test_first_difference_margin_is_the_logit_gap_where_texts_part():
+    from eagle_mini.bench import first_difference_margins
+    target = tiny_target("llama", seed=3, vocab_size=64)
+    prompts = [[5, 9, 2, 7], [1, 3, 3, 8, 6]]
+    vanilla = [generate_vanilla(target, p, max_new_tokens=8).output_ids for p in prompts]
+    assert first_difference_margins(target, prompts, vanilla, vanilla) is None
+    # the second prompt's text takes the runner-up at position 3: the margin is the top-2 gap there
+    ids = prompts[1] + vanilla[1][:3]
+    with torch.no_grad():
+        top = target.model(torch.tensor([ids])).logits[0, -1].topk(2)
+    parted = vanilla[1][:3] + [int(top.indices[1])] + vanilla[1][4:]
+    d = first_difference_margins(target, prompts, [vanilla[0], parted], vanilla)
+    assert d["margins"] == pytest.approx([float(top.values[0] - top.values[1])], abs=1e-5)
+    assert d["margins"][0] > 0 and 0 < d["share_of_vanilla_gaps_at_most_margin"][0] <= 1
