@@ -130,15 +130,22 @@ def keep_cache_entries(cache: DynamicCache, start: int, keep) -> None:
     """Keep the prefix `[:start]` and the new entries `start + keep` (in that order), drop the rest.
 
     After tree verification, `keep` is the accepted path's node indices; the kept entries become
-    contiguous, exactly as if only that path had been run (EAGLE §3.3). Works in place on every layer.
+    contiguous, exactly as if only that path had been run (EAGLE §3.3). Works in place on every
+    layer: only the kept entries that must move are copied (down to `start + i`), then the cache
+    is cut after them, so the prefix (hundreds of entries) is never copied.
     """
-    keep = torch.as_tensor(keep, dtype=torch.long)
+    keep = torch.as_tensor(keep, dtype=torch.long).cpu()
+    n = len(keep)
+    moves = not torch.equal(keep, torch.arange(n))   # a chain's accepted path stays where it is
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", False):
             continue
-        idx = torch.cat([torch.arange(start), start + keep]).to(layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, idx)
-        layer.values = layer.values.index_select(-2, idx)
+        if moves:
+            idx = (start + keep).to(layer.keys.device)
+            layer.keys[..., start:start + n, :] = layer.keys.index_select(-2, idx)
+            layer.values[..., start:start + n, :] = layer.values.index_select(-2, idx)
+        layer.keys = layer.keys[..., :start + n, :]
+        layer.values = layer.values[..., :start + n, :]
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:
