@@ -159,7 +159,6 @@ def first_difference_margins(target, prompts, outs, vanilla_outs) -> dict | None
         logits = target.model(torch.tensor([ids + van], device=target.device)).logits[0].float()
         top = logits[len(ids) - 1:len(ids) - 1 + len(van)].topk(2, dim=-1).values
         gaps += (top[:, 0] - top[:, 1]).tolist()
-    gaps.sort()
     share = [sum(g <= abs(m) for g in gaps) / len(gaps) for m in margins]
     return {"margins": margins, "median_vanilla_gap": statistics.median(gaps),
             "share_of_vanilla_gaps_at_most_margin": share}
