@@ -113,12 +113,15 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
               "auto_scores": auto_scores, "machine": machine_info(), "methods": {}}
     van = rows["vanilla"]
     van_tps = sum(s["new_tokens"] for s in van) / sum(s["seconds"] for s in van)
+    gaps = None
     for m in methods:
         result["methods"][m] = summarize(m, rows[m], outputs[m], outputs["vanilla"], van_tps,
                                          curve, temperature, auto_tree)
         if temperature == 0 and not result["methods"][m]["equal_to_vanilla"]:
+            if gaps is None:   # vanilla's own gaps: one set for every method that parts from it
+                gaps = vanilla_top2_gaps(target, prompts, outputs["vanilla"])
             result["methods"][m]["first_difference"] = first_difference_margins(
-                target, prompts, outputs[m], outputs["vanilla"])
+                target, prompts, outputs[m], outputs["vanilla"], gaps)
     return result
 
 
@@ -132,15 +135,27 @@ def _common_prefix(a, b) -> int:
 
 
 @torch.no_grad()
-def first_difference_margins(target, prompts, outs, vanilla_outs) -> dict | None:
+def vanilla_top2_gaps(target, prompts, vanilla_outs) -> list[float]:
+    """Top-1 minus top-2 logit at every position of vanilla's outputs (one forward per prompt)."""
+    from .decode import prepare_prompt
+    gaps = []
+    for prompt, van in zip(prompts, vanilla_outs):
+        ids = prepare_prompt(target, prompt)
+        logits = target.model(torch.tensor([ids + van], device=target.device)).logits[0].float()
+        top = logits[len(ids) - 1:len(ids) - 1 + len(van)].topk(2, dim=-1).values
+        gaps += (top[:, 0] - top[:, 1]).tolist()
+    return gaps
+
+
+@torch.no_grad()
+def first_difference_margins(target, prompts, outs, vanilla_outs, gaps) -> dict | None:
     """Where a method's greedy text first parts from vanilla's: how close was the choice?
 
     For each prompt whose output differs, one forward of prompt + shared prefix (in the run's
     dtype) gives `logit[vanilla's token] - logit[method's token]` at the parting position. Beside
-    it, the top-1 minus top-2 logit gap at every position of vanilla's own outputs, and the share
-    of those positions whose gap is no larger: if partings happen only at gaps that rare and that
-    small, the texts part at near-ties (float rounding), not at a wrong acceptance. None when no
-    prompt differs.
+    it, from `gaps` (`vanilla_top2_gaps`), the share of vanilla's own positions whose top-1 - top-2
+    gap is no larger: if partings happen only at gaps that rare and that small, the texts part at
+    near-ties (float rounding), not at a wrong acceptance. None when no prompt differs.
     """
     from .decode import prepare_prompt
     margins = []
@@ -153,12 +168,6 @@ def first_difference_margins(target, prompts, outs, vanilla_outs) -> dict | None
         margins.append(float(logits[van[k]] - logits[out[k]]))
     if not margins:
         return None
-    gaps = []
-    for prompt, van in zip(prompts, vanilla_outs):
-        ids = prepare_prompt(target, prompt)
-        logits = target.model(torch.tensor([ids + van], device=target.device)).logits[0].float()
-        top = logits[len(ids) - 1:len(ids) - 1 + len(van)].topk(2, dim=-1).values
-        gaps += (top[:, 0] - top[:, 1]).tolist()
     share = [sum(g <= abs(m) for g in gaps) / len(gaps) for m in margins]
     return {"margins": margins, "median_vanilla_gap": statistics.median(gaps),
             "share_of_vanilla_gaps_at_most_margin": share}

@@ -56,16 +56,18 @@ def test_a_mismatch_reports_how_many_prompts_and_tokens_still_agree():
 
 
 def test_first_difference_margin_is_the_logit_gap_where_texts_part():
-    from eagle_mini.bench import first_difference_margins
+    from eagle_mini.bench import first_difference_margins, vanilla_top2_gaps
     target = tiny_target("llama", seed=3, vocab_size=64)
     prompts = [[5, 9, 2, 7], [1, 3, 3, 8, 6]]
     vanilla = [generate_vanilla(target, p, max_new_tokens=8).output_ids for p in prompts]
-    assert first_difference_margins(target, prompts, vanilla, vanilla) is None
+    gaps = vanilla_top2_gaps(target, prompts, vanilla)
+    assert len(gaps) == sum(map(len, vanilla)) and min(gaps) >= 0
+    assert first_difference_margins(target, prompts, vanilla, vanilla, gaps) is None
     # the second prompt's text takes the runner-up at position 3: the margin is the top-2 gap there
     ids = prompts[1] + vanilla[1][:3]
     with torch.no_grad():
         top = target.model(torch.tensor([ids])).logits[0, -1].topk(2)
     parted = vanilla[1][:3] + [int(top.indices[1])] + vanilla[1][4:]
-    d = first_difference_margins(target, prompts, [vanilla[0], parted], vanilla)
+    d = first_difference_margins(target, prompts, [vanilla[0], parted], vanilla, gaps)
     assert d["margins"] == pytest.approx([float(top.values[0] - top.values[1])], abs=1e-5)
     assert d["margins"][0] > 0 and 0 < d["share_of_vanilla_gaps_at_most_margin"][0] <= 1
