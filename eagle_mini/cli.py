@@ -130,6 +130,14 @@ def build_parser() -> Parser:
     t.add_argument("--max-len", type=positive_int, default=1024)
     t.add_argument("--draft-vocab", type=int, default=0, help="reduced draft vocabulary size")
     t.add_argument("--ce-vocab", type=int, default=0, help="restrict the soft CE to N tokens")
+    t.add_argument("--unroll", type=positive_int, default=1,
+                   help="also train draft steps 1..N-1 on the head's own output (training-time "
+                        "test, EAGLE-3 §3); 1 = EAGLE-1's loss")
+    t.add_argument("--mixed-precision", default="no", choices=["no", "bf16", "fp16"],
+                   help="accelerate's mixed precision for the head (fp32 master weights)")
+    t.add_argument("--feature-dtype", default=None, choices=["fp32", "bf16", "fp16"],
+                   help="--stream: featurize with a copy of the target in this dtype")
+    t.add_argument("--unroll-decay", type=float, default=0.8, help="weight of unrolled step k: this**k")
     t.add_argument("--no-fc-bias", action="store_true")
     t.add_argument("--eval-conversations", type=positive_int, default=20)
     t.add_argument("--eval-every", type=int, default=0)

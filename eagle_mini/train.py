@@ -38,6 +38,10 @@ class TrainConfig:
     grad_clip_value: float = 0.5
     noise: float = 0.1          # U(-noise, noise) on input features
     w_cls: float = 0.1
+    unroll: int = 1             # >1: also train draft steps 1..unroll-1 on the head's own output
+    unroll_decay: float = 0.8   # weight of step k: unroll_decay ** k (EAGLE-3's 0.8)
+    mixed_precision: str = "no"  # "bf16": the head's forward/backward under torch.autocast
+    feature_dtype: str = ""     # streaming: featurize with a copy of the target in this dtype
     batch_tokens: int = 4096    # tokens per optimizer step (conversations packed up to this)
     max_len: int = 1024
     ce_vocab: int = 0           # >0: restrict the soft CE to the N most frequent target tokens
@@ -65,27 +69,65 @@ def reading_ids(input_ids: torch.Tensor, token_shift: int = 1) -> torch.Tensor:
     return input_ids if token_shift else torch.cat([input_ids[:, :1], input_ids[:, :-1]], dim=1)
 
 
-def eagle_loss(head, features, input_ids, loss_mask, noise: float = 0.1, w_cls: float = 0.1,
-               vocab_ids=None, generator=None):
-    """features: [b, T, H] true features; input_ids, loss_mask: [b, T]. -> (loss, parts)."""
-    f_in, f_out = features[:, :-1].float(), features[:, 1:].float()
-    if noise > 0:
-        u = torch.rand(f_in.shape, generator=generator, device="cpu").to(f_in.device)
-        f_in = f_in + (2 * u - 1) * noise
-    pred = head(f_in, input_ids[:, 1:])
-    weight = loss_mask_positions(loss_mask)
-    denom = weight.sum().clamp(min=1)
-    reg = (F.smooth_l1_loss(pred, f_out, reduction="none").mean(-1) * weight).sum() / denom
-    lm = head._shared["lm_head"] if vocab_ids is None else head._shared["target_lm_head"][vocab_ids]
+def _step_sums(pred, f_out, weight, lm):
+    """One draft step's loss parts, summed over weighted positions: (reg, cls, correct, count)."""
+    reg = (F.smooth_l1_loss(pred, f_out, reduction="none").mean(-1) * weight).sum()
     with torch.no_grad():
         target_logits = f_out @ lm.T
         target_p = target_logits.softmax(-1)
     draft_logits = pred @ lm.T
-    cls = (-(target_p * draft_logits.log_softmax(-1)).sum(-1) * weight).sum() / denom
-    acc = ((draft_logits.argmax(-1) == target_logits.argmax(-1)).float() * weight).sum() / denom
-    loss = reg + w_cls * cls
-    return loss, {"loss": loss.item(), "reg": reg.item(), "cls": cls.item(), "top1": acc.item(),
-                  "tokens": int(weight.sum())}
+    cls = (-(target_p * draft_logits.log_softmax(-1)).sum(-1) * weight).sum()
+    correct = ((draft_logits.argmax(-1) == target_logits.argmax(-1)).float() * weight).sum()
+    return reg, cls, correct.item(), weight.sum()
+
+
+def eagle_loss(head, features, input_ids, loss_mask, noise: float = 0.1, w_cls: float = 0.1,
+               vocab_ids=None, generator=None, unroll: int = 1, decay: float = 0.8):
+    """features: [b, T, H] true features; input_ids, loss_mask: [b, T]. -> (loss, parts).
+
+    unroll=1 is EAGLE-1's loss. unroll=K > 1 adds the "training-time test" of EAGLE-3 (§3) to it:
+    draft step k = 1..K-1 reads the head's own step k-1 prediction in place of the true feature
+    (`unrolled_predictions`, exactly the chain decoding runs) and is scored by the same EAGLE-1
+    loss against the same labels, weighted decay^k. Step 0 is unchanged (same noise draws), so the
+    head is still trained as EAGLE-1 trains it and learns, besides, to read its own errors, the
+    reason n-alpha falls with n (EAGLE §3.1). Parts: step 0's reg / cls / top1 as with unroll=1,
+    plus `top1_steps` (top-1 of every step) when unrolled.
+    """
+    f_in, f_out = features[:, :-1].float(), features[:, 1:].float()
+    if noise > 0:
+        u = torch.rand(f_in.shape, generator=generator, device="cpu").to(f_in.device)
+        f_in = f_in + (2 * u - 1) * noise
+    weight = loss_mask_positions(loss_mask)
+    lm = head._shared["lm_head"] if vocab_ids is None else head._shared["target_lm_head"][vocab_ids]
+    if unroll <= 1:
+        reg, cls, correct, count = _step_sums(head(f_in, input_ids[:, 1:]), f_out, weight, lm)
+        sums = [[reg, cls, correct, count]]
+    else:
+        sums = [[0.0, 0.0, 0.0, 0.0] for _ in range(unroll)]
+        for b in range(features.shape[0]):
+            last = int(weight[b].nonzero().max()) + 1 if weight[b].any() else 0
+            if last == 0:
+                continue  # nothing to learn from this row; entries past `last` change nothing
+            rows = torch.cat([f_in[b, :last], f_out[b, last - 1:last]])[None]  # inputs + 1 unused
+            preds = unrolled_predictions(head, rows, input_ids[b:b + 1, :last + 1], unroll)
+            for k, pred in enumerate(preds):
+                w = weight[b, :last].clone()
+                w[:k] = 0  # chains that would start before the sequence
+                for i, v in enumerate(_step_sums(pred, f_out[b, :last], w, lm)):
+                    sums[k][i] = sums[k][i] + v
+    loss, top1 = 0.0, []
+    for k, (reg_k, cls_k, correct_k, count_k) in enumerate(sums):
+        denom = torch.as_tensor(count_k).clamp(min=1)
+        loss = loss + decay ** k * (reg_k + w_cls * cls_k) / denom
+        top1.append(correct_k / float(denom))
+        if k == 0:
+            reg, cls = reg_k / denom, cls_k / denom
+    num = lambda x: float(x.detach()) if torch.is_tensor(x) else float(x)  # noqa: E731
+    parts = {"loss": num(loss), "reg": num(reg), "cls": num(cls), "top1": top1[0],
+             "tokens": int(weight.sum())}
+    if unroll > 1:
+        parts["top1_steps"] = top1
+    return loss, parts
 
 
 def unrolled_predictions(head, features, input_ids, steps: int = 4):
@@ -254,6 +296,9 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
     out = Path(out_dir)
     (out / "ckpt").mkdir(parents=True, exist_ok=True)
     accelerator = Accelerator(cpu=target.device.type == "cpu")
+    # torch's autocast, not accelerate's mixed_precision: accelerate fixes that once per process,
+    # and a notebook or a test suite trains several heads in one process
+    amp = {"no": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.mixed_precision]
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas),
                                   weight_decay=cfg.weight_decay)
@@ -284,7 +329,10 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
         examples = source.materialize(shares[accelerator.process_index])
         ids, feats, mask = pad_batch(examples, accelerator.device)
         model.train()
-        loss, parts = eagle_loss(model, feats, ids, mask, cfg.noise, cfg.w_cls, vocab_ids, noise_gen)
+        with torch.autocast(accelerator.device.type, dtype=amp, enabled=amp is not None):
+            # weights, gradients and AdamW stay fp32; matmuls run in `amp`
+            loss, parts = eagle_loss(model, feats, ids, mask, cfg.noise, cfg.w_cls, vocab_ids,
+                                     noise_gen, cfg.unroll, cfg.unroll_decay)
         optimizer.zero_grad()
         accelerator.backward(loss)
         accelerator.clip_grad_value_(params, cfg.grad_clip_value)

@@ -9,8 +9,10 @@ from eagle_mini.data import Example
 from eagle_mini.decode import generate, generate_vanilla
 from eagle_mini.features import FeatureDataset, compute_features, dump_features
 from eagle_mini.head import DraftHead, new_head
+from eagle_mini.recipes import featurizer
 from eagle_mini.train import (DumpSource, TrainConfig, chain_acceptance, eagle_loss,
-                              evaluate_head, train_head, unrolled_predictions)
+                              evaluate_head, pad_batch, train_head,
+                              unrolled_predictions)
 
 
 def make_examples(n=6, length=24, vocab=64, seed=0):
@@ -59,13 +61,65 @@ def test_zero_alpha_is_top1_against_the_target(tiny):
     assert all(counts[k][1] <= counts[k - 1][1] for k in range(1, 4))
 
 
-def test_loss_drops_when_overfitting_a_few_samples(tiny, tmp_path):
+def test_unrolled_loss_adds_the_chain_step_scored_like_step_zero(tiny):
+    """unroll=2 = EAGLE-1's loss + decay * the same loss on step 1, where step 1 is drafted by hand
+    through the KV cache (the head reads its own step-0 output) -- on a padded batch of two rows
+    with different lengths and a trailing non-assistant token, so padding and the cut at the last
+    assistant token are both exercised."""
+    target, feats = tiny
+    head = new_head(target, seed=4)
+    rows = [dict(feats[0]), dict(feats[1])]
+    rows[1] = {k: v[:17] for k, v in rows[1].items() if k in ("input_ids", "features", "loss_mask")}
+    rows[0]["loss_mask"] = rows[0]["loss_mask"].clone()
+    rows[0]["loss_mask"][-1] = 0
+    ids, f, m = pad_batch(rows, "cpu")
+    one, p1 = eagle_loss(head, f, ids, m, noise=0.0)
+    two, p2 = eagle_loss(head, f, ids, m, noise=0.0, unroll=2, decay=0.5)
+    for key in ("reg", "cls", "top1"):
+        assert p2[key] == pytest.approx(p1[key], rel=1e-5)
+    lm = head._shared["lm_head"]
+    reg = cls = 0.0
+    count = 0
+    with torch.no_grad():
+        for r in rows:
+            x, t, w = r["features"].float(), r["input_ids"], r["loss_mask"]
+            for i in range(len(t) - 2):   # chain from entry i; its step 1 predicts f_{i+2}
+                if not w[i + 2]:
+                    continue
+                cache = head.new_cache()
+                p0 = head(x[None, :i + 1], t[None, 1:i + 2], cache=cache)[0, -1]
+                p = head(p0[None, None], t[None, i + 2:i + 3], cache=cache)[0, -1]
+                reg += torch.nn.functional.smooth_l1_loss(p, x[i + 2]).item()
+                q = (x[i + 2] @ lm.T).softmax(-1)
+                cls += -(q * (p @ lm.T).log_softmax(-1)).sum().item()
+                count += 1
+    step1 = (reg + 0.1 * cls) / count
+    assert two.item() == pytest.approx(one.item() + 0.5 * step1, rel=1e-4)
+    assert len(p2["top1_steps"]) == 2
+
+
+def test_featurizer_copy_in_bf16_makes_close_features(tiny):
+    """A bf16 copy of the target featurizes the same text to within bf16 rounding; asking for the
+    target's own dtype returns the target itself."""
+    target, feats = tiny
+    assert featurizer(target, "fp32") is target and featurizer(target, "") is target
+    copy = featurizer(target, "bf16")
+    assert copy.model.dtype == torch.bfloat16 and target.model.dtype == torch.float32
+    again = compute_features(copy, make_examples())
+    for a, b in zip(feats, again):
+        assert torch.equal(a["input_ids"], b["input_ids"])
+        torch.testing.assert_close(b["features"].float(), a["features"].float(), atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("unroll,precision", [(1, "no"), (3, "no"), (1, "bf16")])
+def test_loss_drops_when_overfitting_a_few_samples(tiny, tmp_path, unroll, precision):
     target, feats = tiny
     head = new_head(target, seed=2)
     ids, f, m = (torch.stack([e[k].float() if k == "features" else e[k] for e in feats[:2]])
                  for k in ("input_ids", "features", "loss_mask"))
     first, _ = eagle_loss(head, f, ids, m, noise=0.0)
-    cfg = TrainConfig(lr=3e-3, steps=60, warmup_steps=5, batch_tokens=48, ckpt_every=1000)
+    cfg = TrainConfig(lr=3e-3, steps=60, warmup_steps=5, batch_tokens=48, ckpt_every=1000,
+                      unroll=unroll, mixed_precision=precision)
     train_head(head, target, DumpSource(feats[:2]), tmp_path, cfg, log=lambda *_: None)
     last, parts = eagle_loss(head, f, ids, m, noise=0.0)
     assert last < 0.5 * first
