@@ -133,7 +133,7 @@ def build_parser() -> Parser:
     t.add_argument("--unroll", type=positive_int, default=1,
                    help="also train draft steps 1..N-1 on the head's own output (training-time "
                         "test, EAGLE-3 §3); 1 = EAGLE-1's loss")
-    t.add_argument("--mixed-precision", default="no", choices=["no", "bf16", "fp16"],
+    t.add_argument("--mixed-precision", default="no", choices=["no", "bf16"],
                    help="accelerate's mixed precision for the head (fp32 master weights)")
     t.add_argument("--feature-dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="--stream: featurize with a copy of the target in this dtype")

@@ -24,6 +24,7 @@ def default_head(target, head_dir=None) -> tuple[DraftHead, str]:
     if shipped is not None:
         head = DraftHead.load(shipped, target)
         seen = getattr(head, "meta", {}).get("tokens_seen")
-        return head, f"shipped head {shipped}" + (f" ({seen:,} training tokens)" if seen else "")
+        where = shipped.relative_to(SHIPPED.parent.parent)  # as the repository names it
+        return head, f"shipped head {where}" + (f" ({seen:,} training tokens)" if seen else "")
     return new_head(target, seed=0), ("UNTRAINED random draft head (no shipped head for "
                                       f"{target.name} yet): lossless, but it accepts almost nothing")

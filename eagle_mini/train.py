@@ -13,7 +13,12 @@ Two data sources feed the same loop: stored features (`features.FeatureDataset`,
 offline way and the GPU/7B path) and *streaming* features computed by the target on the fly from
 conversations never seen before (the natural mode on a CPU, where features cannot be kept).
 Checkpoints hold weights, optimizer, scheduler, RNG and the data position, so a killed run resumes
-exactly. `accelerate` makes the same code run on a CPU, one GPU or `accelerate launch` over many.
+exactly. `accelerate` makes the same code run on a CPU, one GPU or `accelerate launch` over many
+(DDP: each process featurizes its own share of a step; tested with two CPU processes).
+
+Options, all off by default: `unroll` adds EAGLE-3's training-time test to the EAGLE-1 loss
+(`eagle_loss`); `mixed_precision="bf16"` runs the head's forward and backward under autocast;
+`feature_dtype` (streaming, `recipes.featurizer`) makes features with a copy of the target in bf16.
 """
 import json
 import math
@@ -98,7 +103,8 @@ def eagle_loss(head, features, input_ids, loss_mask, noise: float = 0.1, w_cls: 
         u = torch.rand(f_in.shape, generator=generator, device="cpu").to(f_in.device)
         f_in = f_in + (2 * u - 1) * noise
     weight = loss_mask_positions(loss_mask)
-    lm = head._shared["lm_head"] if vocab_ids is None else head._shared["target_lm_head"][vocab_ids]
+    shared = getattr(head, "module", head)._shared  # under DDP the head is wrapped; call the wrapper
+    lm = shared["lm_head"] if vocab_ids is None else shared["target_lm_head"][vocab_ids]
     if unroll <= 1:
         reg, cls, correct, count = _step_sums(head(f_in, input_ids[:, 1:]), f_out, weight, lm)
         sums = [[reg, cls, correct, count]]
@@ -142,7 +148,7 @@ def unrolled_predictions(head, features, input_ids, steps: int = 4):
     """
     f, tok = features[0, :-1].float(), input_ids[0, 1:]
     n = f.shape[0]
-    cache = head.new_cache()
+    cache = getattr(head, "module", head).new_cache()
     preds = [head(f[None], tok[None], cache=cache)[0]]
     j = torch.arange(n)
     for k in range(1, steps):
@@ -298,7 +304,10 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
     accelerator = Accelerator(cpu=target.device.type == "cpu")
     # torch's autocast, not accelerate's mixed_precision: accelerate fixes that once per process,
     # and a notebook or a test suite trains several heads in one process
-    amp = {"no": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.mixed_precision]
+    amp = {"no": None, "bf16": torch.bfloat16}[cfg.mixed_precision]
+    if cfg.unroll > 1 and accelerator.num_processes > 1:
+        raise EagleMiniError("--unroll runs one forward per draft step before the backward, which "
+                             "DDP does not allow: use one process, or --unroll 1")
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas),
                                   weight_decay=cfg.weight_decay)

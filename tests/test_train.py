@@ -15,6 +15,10 @@ from eagle_mini.train import (DumpSource, TrainConfig, chain_acceptance, eagle_l
                               unrolled_predictions)
 
 
+# two processes x one 24-token example per step, no input noise (each process draws its own)
+DDP_CONFIG = dict(lr=1e-3, steps=6, warmup_steps=2, batch_tokens=24, ckpt_every=100, noise=0.0)
+
+
 def make_examples(n=6, length=24, vocab=64, seed=0):
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -185,3 +189,28 @@ def test_training_plan_matches_known_model_sizes():
     assert round(vicuna["head_params_m"], 1) == 235.9
     assert vicuna["feature_disk_gb"] == 1_000_000 * 4096 * 2 / 1e9
     assert round(training_plan(BIG_CONFIGS["llama3.1-8b-instruct"], 1)["target_params_b"], 2) == 8.03
+
+
+def test_ddp_over_two_processes_equals_one_process_on_the_joint_batch(tiny, tmp_path):
+    """`torchrun` with 2 CPU processes (accelerate sets up gloo DDP from its environment, as it does
+    for NCCL under `accelerate launch` on GPUs): each process trains on its own share,
+    the gradients are averaged, so the weights equal one process trained on both shares as one
+    batch (the examples have equal loss-token counts, so the two means agree)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": f"{here}:{here.parent}", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          str(here / "ddp_worker.py"), str(tmp_path / "ddp")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ranks = [torch.load(tmp_path / "ddp" / f"rank{i}.pt") for i in range(2)]
+    target, feats = tiny
+    head = new_head(target, seed=3)
+    train_head(head, target, DumpSource(feats), tmp_path / "one",
+               TrainConfig(**{**DDP_CONFIG, "batch_tokens": 48}), log=lambda *_: None)
+    for name, value in head.state_dict().items():
+        torch.testing.assert_close(ranks[0][name], ranks[1][name], atol=0, rtol=0)
+        torch.testing.assert_close(ranks[0][name], value, atol=1e-5, rtol=1e-4)
