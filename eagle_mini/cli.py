@@ -114,6 +114,8 @@ def build_parser() -> Parser:
     src.add_argument("--features", help="a dump-features directory")
     src.add_argument("--stream", action="store_true",
                      help="compute features on the fly from unseen train conversations")
+    t.add_argument("--wrap", action="store_true",
+                   help="--stream: when the train split is used up, start it again (a new epoch)")
     t.add_argument("--regenerated", default=None,
                    help="with --stream: train on a `regenerate` file (the target's own replies)")
     t.add_argument("--out", required=True, help="where the trained head is written (bf16)")

@@ -226,11 +226,13 @@ class StreamingSource:
     """Conversations of a split, featurized by the target on the fly, never stored.
 
     `cursor` counts records of the split consumed so far; it is all a checkpoint needs to resume.
+    With `wrap`, the split starts again when it is used up, as `DumpSource` cycles its shards.
     """
 
-    def __init__(self, target, split="train", max_len=1024, cursor=0, data=None):
+    def __init__(self, target, split="train", max_len=1024, cursor=0, data=None, wrap=False):
         from .data import SPLITS, read_sharegpt
         self.target, self.split, self.max_len, self.cursor = target, split, max_len, cursor
+        self.wrap = wrap  # at the split's end, start it again (a new epoch) instead of stopping
         self.data = data if data is not None else read_sharegpt()
         self.first = SPLITS[split][0]
         self._iter = None
@@ -254,6 +256,9 @@ class StreamingSource:
             tokens += len(ex.input_ids)
             if tokens >= batch_tokens:
                 break
+        if not picked and self.wrap and self.cursor > 0:
+            self.cursor, self._iter = 0, None
+            return self.take(batch_tokens)
         if not picked:
             where = self.data.source
             raise EagleMiniError(f"the {self.split} split is used up (cursor {self.cursor})"

@@ -214,3 +214,20 @@ def test_ddp_over_two_processes_equals_one_process_on_the_joint_batch(tiny, tmp_
     for name, value in head.state_dict().items():
         torch.testing.assert_close(ranks[0][name], ranks[1][name], atol=0, rtol=0)
         torch.testing.assert_close(ranks[0][name], value, atol=1e-5, rtol=1e-4)
+
+
+def test_streaming_wraps_into_a_new_epoch_only_when_asked(smollm):
+    """A used-up split is a clear error; with `wrap` the next batch starts the split again."""
+    from eagle_mini.data import ShareGPT
+    from eagle_mini.train import StreamingSource
+    msgs = [[{"role": "user", "content": f"Question {i}?"},
+             {"role": "assistant", "content": f"Answer number {i}."}] for i in range(3)]
+    data = ShareGPT([{"id": str(i)} for i in range(3)], msgs)
+    for wrap in (False, True):
+        src = StreamingSource(smollm, "train", data=data, cursor=1, wrap=wrap)
+        assert [e.index for e in src.take(10_000)] == [1, 2] and src.cursor == 3
+        if not wrap:
+            with pytest.raises(EagleMiniError, match="used up"):
+                src.take(10_000)
+            continue
+        assert [e.index for e in src.take(1)] == [0] and src.cursor == 1
