@@ -113,6 +113,7 @@ def train_command(args, target, log=print) -> dict:
         "date": time.strftime("%Y-%m-%d"), "steps": state["step"], "tokens": state["tokens_seen"],
         "seconds": round(state["seconds"], 1), "config": asdict(cfg),
         "source": args.features or f"stream train records from {start}" + (
+            ", starting the split again at its end" if getattr(args, "wrap", False) else "") + (
             f" (target-regenerated replies, {args.regenerated})"
             if getattr(args, "regenerated", None) else ""),
         "validation": result["eval"]}] if state["step"] >= cfg.steps else [])
@@ -143,7 +144,8 @@ def write_card(out: Path, target_name: str, head, meta: dict) -> None:
              "## How to continue training it", "",
              "Run the last round's command again with `--init` pointing here; streaming resumes at "
              f"train record {meta.get('next_train_record', 'n/a')} (`next_train_record` in "
-             "config.json), so every round sees conversations it has not seen before.", "",
+             "config.json). Until the train split is used up every round sees conversations it has "
+             "not seen before; `--wrap` then starts the split again (another epoch).", "",
              "## Rounds", "",
              "| # | date | steps | tokens | hours | val top-1 | val alpha 0..3 | command |",
              "|---|---|---|---|---|---|---|---|"]
