@@ -136,7 +136,7 @@ def build_parser() -> Parser:
                    help="also train draft steps 1..N-1 on the head's own output (training-time "
                         "test, EAGLE-3 §3); 1 = EAGLE-1's loss")
     t.add_argument("--mixed-precision", default="no", choices=["no", "bf16"],
-                   help="accelerate's mixed precision for the head (fp32 master weights)")
+                   help="bf16: the head's forward/backward under torch.autocast (fp32 weights, AdamW)")
     t.add_argument("--feature-dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="--stream: featurize with a copy of the target in this dtype")
     t.add_argument("--unroll-decay", type=float, default=0.8, help="weight of unrolled step k: this**k")
