@@ -106,30 +106,27 @@ def eagle_loss(head, features, input_ids, loss_mask, noise: float = 0.1, w_cls: 
     shared = getattr(head, "module", head)._shared  # under DDP the head is wrapped; call the wrapper
     lm = shared["lm_head"] if vocab_ids is None else shared["target_lm_head"][vocab_ids]
     if unroll <= 1:
-        reg, cls, correct, count = _step_sums(head(f_in, input_ids[:, 1:]), f_out, weight, lm)
-        sums = [[reg, cls, correct, count]]
+        steps = [[_step_sums(head(f_in, input_ids[:, 1:]), f_out, weight, lm)]]
     else:
-        sums = [[0.0, 0.0, 0.0, 0.0] for _ in range(unroll)]
+        steps = [[] for _ in range(unroll)]   # per step: one (reg, cls, correct, count) per row
         for b in range(features.shape[0]):
-            last = int(weight[b].nonzero().max()) + 1 if weight[b].any() else 0
-            if last == 0:
-                continue  # nothing to learn from this row; entries past `last` change nothing
+            # entries past the last assistant token change nothing (a row without one: 1 entry)
+            last = int(weight[b].nonzero().max()) + 1 if weight[b].any() else 1
             rows = torch.cat([f_in[b, :last], f_out[b, last - 1:last]])[None]  # inputs + 1 unused
             preds = unrolled_predictions(head, rows, input_ids[b:b + 1, :last + 1], unroll)
             for k, pred in enumerate(preds):
                 w = weight[b, :last].clone()
                 w[:k] = 0  # chains that would start before the sequence
-                for i, v in enumerate(_step_sums(pred, f_out[b, :last], w, lm)):
-                    sums[k][i] = sums[k][i] + v
+                steps[k].append(_step_sums(pred, f_out[b, :last], w, lm))
     loss, top1 = 0.0, []
-    for k, (reg_k, cls_k, correct_k, count_k) in enumerate(sums):
-        denom = torch.as_tensor(count_k).clamp(min=1)
+    for k, rows_k in enumerate(steps):
+        reg_k, cls_k, correct_k, count_k = (sum(r[i] for r in rows_k) for i in range(4))
+        denom = count_k.clamp(min=1)
         loss = loss + decay ** k * (reg_k + w_cls * cls_k) / denom
         top1.append(correct_k / float(denom))
         if k == 0:
             reg, cls = reg_k / denom, cls_k / denom
-    num = lambda x: float(x.detach()) if torch.is_tensor(x) else float(x)  # noqa: E731
-    parts = {"loss": num(loss), "reg": num(reg), "cls": num(cls), "top1": top1[0],
+    parts = {"loss": loss.item(), "reg": reg.item(), "cls": cls.item(), "top1": top1[0],
              "tokens": int(weight.sum())}
     if unroll > 1:
         parts["top1_steps"] = top1
