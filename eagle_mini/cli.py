@@ -156,6 +156,8 @@ def build_parser() -> Parser:
     g.add_argument("--batch-size", type=positive_int, default=8)
     g.add_argument("--max-new-tokens", type=positive_int, default=256, help="per reply")
     g.add_argument("--max-len", type=positive_int, default=1024, help="prompt tokens per turn")
+    g.add_argument("--max-turns", type=positive_int, default=None,
+                   help="regenerate at most this many replies per conversation (default: all)")
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", required=True, help="JSON lines file (appended to when resumed)")
@@ -176,7 +178,8 @@ def build_parser() -> Parser:
     add_target_args(e)
     add_head_args(e)
     e.add_argument("--n-text", type=positive_int, default=50)
-    e.add_argument("--n-prompts", type=positive_int, default=10)
+    e.add_argument("--n-prompts", type=positive_int, default=80,
+                   help="MT-bench first turns, spread over its 8 categories (default: all 80)")
     e.add_argument("--max-new-tokens", type=positive_int, default=64)
     e.add_argument("--out", default=None, help="write the metrics JSON here")
 
@@ -414,7 +417,7 @@ def cmd_regenerate(args):
         raise EagleMiniError(f"--start must be >= 0, got {args.start}")
     result = regenerate_split(load(args), args.out, args.split, args.start, args.max_conversations,
                               args.batch_size, args.max_new_tokens, args.max_len,
-                              args.temperature, args.seed)
+                              args.temperature, args.seed, max_turns=args.max_turns)
     print(json.dumps(result))
 
 

@@ -47,6 +47,7 @@ class ShareGPT:
     tail_chars: int = 0       # characters of that partial record, dropped
     source: str = ""          # set when the messages come from elsewhere (`regenerate`)
     header: dict = field(default_factory=dict)
+    written: list[int] = field(default_factory=list)   # `regenerate`: the record indices it tried
 
 
 @dataclass
@@ -217,6 +218,20 @@ def mtbench_questions() -> list[dict]:
     with open(asset_path("mtbench"), encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return [{k: row[k] for k in ("question_id", "category", "turns")} for row in rows]
+
+
+def evenly_spaced(items: list, n: int | None) -> list:
+    """n items spread evenly over the list (all of it when n is None or >= its length).
+
+    MT-bench lists its questions by category, ten each (writing first): the first ten are all
+    writing, so a small sample has to be spread to stand for the whole set.
+
+        >>> evenly_spaced(list(range(80)), 8)
+        [0, 10, 20, 30, 40, 50, 60, 70]
+    """
+    if n is None or n >= len(items):
+        return list(items)
+    return [items[i * len(items) // n] for i in range(n)]
 
 
 def mtbench_prompts() -> list[str]:

@@ -8,9 +8,16 @@ more. This module rewrites conversations turn by turn: the user (and system) mes
 every assistant message is replaced by what the target generates given the conversation so far
 (its own earlier replies included), batched across conversations.
 
-    python -m eagle_mini regenerate --split train --start 3778 --max-conversations 200 \\
-        --out runs/regenerated/train.jsonl
-    python -m eagle_mini train-head --stream --regenerated runs/regenerated/train.jsonl ...
+    python -m eagle_mini regenerate --dtype bf16 --split train --start 6266 \\
+        --max-conversations 3000 --max-new-tokens 192 --max-len 512 --max-turns 1 \\
+        --out runs/regen7/train.jsonl
+    python -m eagle_mini train-head --stream --regenerated runs/regen7/train.jsonl \\
+        --feature-dtype bf16 ...
+
+On the course's CPU this makes ~190 reply tokens/s (batches of 32 first turns of similar length in
+bf16; long prompts and long replies cost more per token, since each step re-reads a growing KV
+cache); a 60-step A/B from the shipped head accepted more on MT-bench than the same steps on
+ShareGPT's own replies (EXPERIMENTS.md in the head's folder).
 
 The output is JSON lines: a header line (target, fingerprint, settings), then one line per
 conversation `{"index", "id", "messages", "stop"}`. It is resumable: lines are appended and
@@ -30,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from .data import ShareGPT, read_sharegpt, split_indices
+from .data import SPLITS, ShareGPT, read_sharegpt, split_indices
 from .errors import EagleMiniError
 
 FORMAT = "eagle_mini.regenerated/1"
@@ -70,12 +77,13 @@ def generate_batch(target, prompts: list[list[int]], max_new_tokens: int,
 
 def regenerate_conversations(target, conversations: list[list[dict]], max_new_tokens: int = 256,
                              max_len: int = 1024, temperature: float = 0.0,
-                             seed: int = 0) -> list[tuple[list[dict], str]]:
+                             seed: int = 0, max_turns: int | None = None) -> list[tuple[list[dict], str]]:
     """Replace each conversation's assistant turns by the target's replies, turn by turn, batched.
 
-    A conversation ends at its last assistant turn, at a reply cut by `max_new_tokens`, or when its
-    prompt reaches `max_len` tokens (that turn is left out). Returns (messages, stop) per input;
-    stop is "done", "length" or "max_len". Messages end with an assistant reply when any was made.
+    A conversation ends at its last assistant turn, after `max_turns` replies, at a reply cut by
+    `max_new_tokens`, or when its prompt reaches `max_len` tokens (that turn is left out). Returns
+    (messages, stop) per input; stop is "done", "turns", "length" or "max_len". Messages end with an
+    assistant reply when any was made.
     """
     state = [{"src": list(c), "pos": 0, "out": [], "stop": None} for c in conversations]
     turn = 0
@@ -92,6 +100,9 @@ def regenerate_conversations(target, conversations: list[list[dict]], max_new_to
                 s["pos"] += 1
             if s["pos"] >= len(s["src"]):
                 s["stop"] = "done"
+                continue
+            if max_turns is not None and turn >= max_turns:
+                s["stop"] = "turns"
                 continue
             ids = target.chat_ids(s["out"])
             if len(ids) >= max_len:
@@ -149,10 +160,12 @@ def _read_lines(path: Path) -> tuple[dict | None, list[dict]]:
 def regenerate_split(target, out_path, split: str = "train", start: int = 0,
                      max_conversations: int = 100, batch_size: int = 8, max_new_tokens: int = 256,
                      max_len: int = 1024, temperature: float = 0.0, seed: int = 0,
-                     data: ShareGPT | None = None, log=print) -> dict:
+                     data: ShareGPT | None = None, log=print, max_turns: int | None = None) -> dict:
     """Regenerate `max_conversations` conversations of a split from record `start`; resumable.
 
-    Returns counts: conversations written in all, replies made now, tokens generated now, seconds.
+    Batches are formed from conversations of similar first-prompt length (sorted within pools of
+    8 batches), so left padding costs little; lines are written in that order. Returns counts:
+    conversations written in all, replies made now, tokens generated now, seconds.
     """
     from .features import target_fingerprint
     if target.tokenizer is None:
@@ -161,6 +174,8 @@ def regenerate_split(target, out_path, split: str = "train", start: int = 0,
     header = {"format": FORMAT, "target": target.name, "fingerprint": target_fingerprint(target),
               "split": split, "max_new_tokens": max_new_tokens, "max_len": max_len,
               "temperature": temperature, "seed": seed}
+    if max_turns is not None:
+        header["max_turns"] = max_turns
     old, records = _read_lines(out_path)
     if old is not None:
         differs = {k: (old.get(k), v) for k, v in header.items() if old.get(k) != v}
@@ -173,6 +188,14 @@ def regenerate_split(target, out_path, split: str = "train", start: int = 0,
     todo = [i for i in split_indices(split, len(data.records))[start:]
             if data.messages[i] is not None][:max_conversations]
     todo = [i for i in todo if i not in done]
+
+    def first_prompt_len(i):   # what the first turn asks: the messages before its first reply
+        msgs = [m for k, m in enumerate(data.messages[i]) if k or m["role"] != "assistant"]
+        reply = next((k for k, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
+        return len(target.chat_ids(msgs[:reply])) if reply else 0
+    pool = 8 * batch_size
+    todo = [i for p in range(0, len(todo), pool)
+            for i in sorted(todo[p:p + pool], key=first_prompt_len)]
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if old is None:
         out_path.write_text(json.dumps(header) + "\n")
@@ -180,7 +203,8 @@ def regenerate_split(target, out_path, split: str = "train", start: int = 0,
     for b in range(0, len(todo), batch_size):
         batch = todo[b:b + batch_size]
         results = regenerate_conversations(target, [data.messages[i] for i in batch],
-                                           max_new_tokens, max_len, temperature, seed + batch[0])
+                                           max_new_tokens, max_len, temperature, seed + batch[0],
+                                           max_turns)
         lines = []
         for i, (msgs, stop) in zip(batch, results):
             replies = [m["content"] for m in msgs if m["role"] == "assistant"]
@@ -221,4 +245,19 @@ def read_regenerated(path, base: ShareGPT | None = None) -> ShareGPT:
             data.skipped["not regenerated"] -= 1
     data.source = str(path)
     data.header = header
+    data.written = sorted(r["index"] for r in records)   # every conversation tried, replied or not
     return data
+
+
+def remake_command(data: ShareGPT, dtype: str | None = None) -> str:
+    """The `regenerate` command that writes this file again (exact when its run finished)."""
+    h = data.header
+    start = data.written[0] - SPLITS[h["split"]][0]
+    parts = ["python -m eagle_mini regenerate"] + ([f"--dtype {dtype}"] if dtype else []) + [
+        f"--split {h['split']} --start {start} --max-conversations {len(data.written)}",
+        f"--max-new-tokens {h['max_new_tokens']} --max-len {h['max_len']}"]
+    if h.get("max_turns"):
+        parts.append(f"--max-turns {h['max_turns']}")
+    if h.get("temperature"):
+        parts.append(f"--temperature {h['temperature']} --seed {h['seed']}")
+    return " ".join(parts + [f"--out {data.source}"])

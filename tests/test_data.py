@@ -7,9 +7,10 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from eagle_mini.data import (SPLITS, encode_conversation, iter_conversations, length_stats,
-                             load_prompts, humaneval_prompts, mtbench_prompts, mtbench_questions,
-                             parse_json_array, read_sharegpt, split_indices, to_messages)
+from eagle_mini.data import (SPLITS, encode_conversation, evenly_spaced, iter_conversations,
+                             length_stats, load_prompts, humaneval_prompts, mtbench_prompts,
+                             mtbench_questions, parse_json_array, read_sharegpt, split_indices,
+                             to_messages)
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.models import load_target
 
@@ -182,6 +183,16 @@ def test_mtbench_has_80_two_turn_questions_in_8_categories():
     assert set(Counter(q["category"] for q in qs).values()) == {10}
     assert len({q["category"] for q in qs}) == 8
     assert mtbench_prompts() == [q["turns"][0] for q in qs]
+
+
+def test_a_small_mtbench_sample_is_spread_over_every_category():
+    qs = mtbench_questions()
+    assert {q["category"] for q in qs[:10]} == {"writing"}     # why the first ten will not do
+    for n in (8, 16, 24):
+        sample = evenly_spaced(qs, n)
+        assert len(sample) == n and len({q["question_id"] for q in sample}) == n
+        assert set(Counter(q["category"] for q in sample).values()) == {n // 8}
+    assert evenly_spaced(qs, 80) == qs and evenly_spaced(qs, None) == qs and evenly_spaced(qs, 500) == qs
 
 
 def test_humaneval_has_164_code_prompts():
