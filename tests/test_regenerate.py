@@ -107,19 +107,24 @@ def test_training_takes_replies_of_this_target_in_its_own_or_the_featurizing_dty
     bf16 = featurizer(smollm, "bf16")
     record = {"index": 15000, "id": "x", "stop": "done", "messages": [
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}
-    for name, fingerprint, ok in [("fp32", target_fingerprint(smollm), True),
-                                  ("bf16", target_fingerprint(bf16), True),
-                                  ("other", "0123456789abcdef", False)]:
+    for name, fingerprint, dtype in [("fp32", target_fingerprint(smollm), ""),
+                                     ("bf16", target_fingerprint(bf16), "--dtype bf16 "),
+                                     ("other", "0123456789abcdef", None)]:
         path = tmp_path / f"{name}.jsonl"
-        path.write_text(json.dumps({"format": "eagle_mini.regenerated/1", "target": "smollm2-135m",
-                                    "fingerprint": fingerprint}) + "\n" + json.dumps(record) + "\n")
-        if ok:
-            assert regenerated_for(path, smollm, bf16).messages[15000] == record["messages"]
+        header = {"format": "eagle_mini.regenerated/1", "target": "smollm2-135m",
+                  "fingerprint": fingerprint, "split": "validation", "max_new_tokens": 8,
+                  "max_len": 64, "temperature": 0.0, "seed": 0}
+        path.write_text(json.dumps(header) + "\n" + json.dumps(record) + "\n")
+        if dtype is not None:
+            data, remake = regenerated_for(path, smollm, bf16, "bf16")
+            assert data.messages[15000] == record["messages"]
+            assert remake == (f"python -m eagle_mini regenerate {dtype}--split validation --start 0 "
+                              f"--max-conversations 1 --max-new-tokens 8 --max-len 64 --out {path}")
         else:
             with pytest.raises(EagleMiniError, match="another target or dtype"):
-                regenerated_for(path, smollm, bf16)
+                regenerated_for(path, smollm, bf16, "bf16")
     with pytest.raises(EagleMiniError, match="another target or dtype"):   # bf16 text, fp32 features
-        regenerated_for(tmp_path / "bf16.jsonl", smollm, smollm)
+        regenerated_for(tmp_path / "bf16.jsonl", smollm, smollm, None)
 
 
 def test_not_a_regenerated_file(tmp_path):
