@@ -35,11 +35,11 @@ endif
 
 # Student versions of notebooks/assignments/source/* (solutions and hidden tests stripped).
 assignments: $(STAMP)
-	$(PY) -m eagle_mini.assignments release
+	$(PY) -m eagle_mini.course.assignments release
 
 # Autograde one submitted notebook with the hidden tests: points per exercise and the total.
 grade: $(STAMP)
-	$(PY) -m eagle_mini.assignments grade "$(SUBMISSION)"
+	$(PY) -m eagle_mini.course.assignments grade "$(SUBMISSION)"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

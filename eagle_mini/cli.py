@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from .errors import EagleMiniError
 
@@ -38,11 +39,6 @@ def add_target_args(p):
                    help="CPU: keep the stock matmul kernels (no prepacked weights, see packed.py)")
 
 
-METHOD_NAMES = ["vanilla", "eagle-chain", "eagle", "eagle2", "auto"]
-BENCH_METHODS = ["vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2",
-                 "auto"]
-
-
 def add_head_args(p):
     p.add_argument("--head", default=None,
                    help="draft head directory (default: the shipped head for the target, if any)")
@@ -52,6 +48,8 @@ def add_head_args(p):
 
 
 def build_parser() -> Parser:
+    from .measure.bench import METHODS as BENCH_METHODS
+    from .measure.methods import METHOD_NAMES
     parser = Parser(prog="eagle-mini", description="EAGLE speculative decoding, small and tested.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
@@ -62,9 +60,9 @@ def build_parser() -> Parser:
     g.add_argument("--method", default="vanilla", choices=METHOD_NAMES)
     add_head_args(g)
     g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 1.0: off)")
+    g.add_argument("--top-k", type=int, default=None, help="top-k sampling (default 0: off)")
+    g.add_argument("--seed", type=int, default=None, help="sampling seed (default 0)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("profile-target", help="measure c(n)/c(1), the cost of verifying n tokens")
@@ -212,33 +210,48 @@ def load(args):
     return load_target(args.model, dtype=args.dtype, device=device, pack=not args.no_pack)
 
 
-def run_method(target, head, method, prompt, max_new_tokens, tree=None, **kw):
-    """One generation with a CLI method name; `tree` overrides the method's default tree."""
-    from .decode import generate, generate_vanilla
-    if method == "vanilla":
-        return generate_vanilla(target, prompt, max_new_tokens, **kw)
-    gen = generate(target, head, prompt, max_new_tokens, tree=tree or method, **kw)
-    gen.stats["method"] = method
-    return gen
-
-
-def load_head(args, target):
+def head_for(args, target):
     """--head DIR, else the shipped head for the target, else a random head (said loudly)."""
     from .heads import default_head
     return default_head(target, args.head)
 
 
+def tree_arg(spec):
+    """--tree text -> what `generate` takes; a bad spec fails before any loading."""
+    from .draft import tree_from_spec
+    return None if spec is None else tree_from_spec(spec)
+
+
+def refuse_ignored(args, options, why):
+    """An option given explicitly that the chosen method would ignore is an error, not dropped."""
+    given = [flag for flag in options if getattr(args, flag.lstrip("-").replace("-", "_")) is not None]
+    if given:
+        raise EagleMiniError(f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no effect "
+                             f"{why}; leave {'it' if len(given) == 1 else 'them'} out")
+
+
+def fmt(x, spec=".2f"):
+    return "n/a" if x is None else format(x, spec)
+
+
 def cmd_generate(args):
-    tree = parse_tree_arg(args.tree)  # a bad spec fails before any loading
+    from .measure.methods import run_method
+    if args.method == "vanilla":
+        refuse_ignored(args, ("--head", "--tree"), "with --method vanilla")
+    if not args.temperature:
+        refuse_ignored(args, ("--top-p", "--top-k", "--seed"), "when decoding greedily "
+                       "(--temperature 0)")
+    tree = tree_arg(args.tree)
     target = load(args)
     head = None
     if args.method != "vanilla":
-        head, note = load_head(args, target)
+        head, note = head_for(args, target)
         print(note, file=sys.stderr)
     streamer = None if args.json else _text_streamer(target)
+    sampling = {"temperature": args.temperature, "top_p": 1.0 if args.top_p is None else args.top_p,
+                "top_k": args.top_k or 0, "seed": 0 if args.seed is None else args.seed}
     gen = run_method(target, head, args.method, args.prompt, args.max_new_tokens,
-                     tree=tree, temperature=args.temperature,
-                     top_p=args.top_p, top_k=args.top_k, seed=args.seed, streamer=streamer)
+                     tree=tree, streamer=streamer, **sampling)
     if args.json:
         stats = {k: v for k, v in gen.stats.items() if k != "confidence_accepted"}
         print(json.dumps({"prompt_ids": gen.prompt_ids, "output_ids": gen.output_ids,
@@ -247,23 +260,8 @@ def cmd_generate(args):
         print()
         s = gen.stats
         print(f"[{args.method}] {s['new_tokens']} tokens in {s['seconds']:.2f} s = "
-              f"{s['tokens_per_second']:.1f} tok/s, tau {s['tau']:.2f}", file=sys.stderr)
-
-
-def parse_tree_arg(spec):
-    """--tree text -> what `generate` takes ("dynamic:T,D,K" -> DynamicTree)."""
-    if spec is None:
-        return None
-    if spec.startswith("dynamic:"):
-        from .draft import DynamicTree
-        try:
-            total, depth, topk = (int(x) for x in spec.split(":", 1)[1].split(","))
-        except ValueError:
-            raise EagleMiniError(f"--tree {spec!r}: use dynamic:TOTAL,DEPTH,TOPK, "
-                                 "e.g. dynamic:16,5,4") from None
-        return DynamicTree(total, depth, topk)
-    from .tree import parse_tree
-    return parse_tree(spec)
+              f"{s['tokens_per_second']:.1f} tok/s, tau {fmt(s['tau'])} per cycle, "
+              f"{s['tokens_per_forward']:.2f} tokens per target forward", file=sys.stderr)
 
 
 def _text_streamer(target):
@@ -279,8 +277,10 @@ def _text_streamer(target):
 
 
 def cmd_profile_target(args):
-    from pathlib import Path
-    from .profile import cost_curve, save_curve
+    from .measure.profile import cost_curve, save_curve
+    if args.out and Path(args.out).is_dir():
+        raise EagleMiniError(f"--out {args.out} is a directory; give a file name such as "
+                             f"{Path(args.out) / 'cost_curve.json'}")
     target = load(args)
     ns, n = [], 1
     while n <= args.max_n:
@@ -303,8 +303,10 @@ def cmd_profile_target(args):
 
 def cmd_demo(args):
     """The same prompt with vanilla and with EAGLE-2: equal texts, tau and the speedup."""
+    from .measure.methods import run_method
+    tree = tree_arg(args.tree)
     target = load(args)
-    head, note = load_head(args, target)
+    head, note = head_for(args, target)
     print(f"target: {target.name} ({str(target.dtype).replace('torch.', '')}, {target.device})")
     print(f"head:   {note}")
     print(f"prompt: {args.prompt}\n")
@@ -312,45 +314,31 @@ def cmd_demo(args):
     van = run_method(target, head, "vanilla", args.prompt, args.max_new_tokens,
                      streamer=_text_streamer(target))
     print("\n")
-    tree = parse_tree_arg(args.tree)
     eag = run_method(target, head, "eagle2", args.prompt, args.max_new_tokens, tree=tree)
     v, e = van.stats, eag.stats
     print(f"vanilla greedy : {v['new_tokens']} tokens, {v['tokens_per_second']:.1f} tok/s, "
-          f"tau {v['tau']:.2f}")
+          f"1 token per target forward")
     print(f"EAGLE-2 greedy : {e['new_tokens']} tokens, {e['tokens_per_second']:.1f} tok/s, "
-          f"tau {e['tau']:.2f} (mean accepted per cycle {e['mean_cycle_length']:.2f}, "
-          f"tree {e['tree']})")
+          f"tau {fmt(e['tau'])} tokens per draft-verify cycle "
+          f"({e['tokens_per_forward']:.2f} per target forward, prefill included; tree {e['tree']})")
     print(f"identical text : {van.output_ids == eag.output_ids}")
     print(f"speedup        : {v['seconds'] / e['seconds']:.2f}x (wall time, this machine)")
 
 
 def cmd_check_lossless(args):
     """The large greedy-losslessness check, with a JSON record of every prompt."""
-    from pathlib import Path
-    from .data import mtbench_prompts
-    from .profile import machine_info, results_json
+    from .measure.lossless import check_lossless
+    from .results import results_json
+    tree = tree_arg(args.tree)
     target = load(args)
-    head, note = load_head(args, target)
-    methods = [m.strip() for m in args.methods.split(",")]
-    rows, ok = [], True
-    for i, prompt in enumerate(mtbench_prompts()[:args.n]):
-        ref = run_method(target, head, "vanilla", prompt, args.max_new_tokens)
-        row = {"prompt": i, "vanilla_tokens": len(ref.output_ids)}
-        for m in methods:
-            gen = run_method(target, head, m, prompt, args.max_new_tokens,
-                             tree=parse_tree_arg(args.tree))
-            row[m] = {"identical": gen.output_ids == ref.output_ids, "tau": gen.stats["tau"]}
-            ok &= row[m]["identical"]
-        rows.append(row)
-        print(f"prompt {i:2d}: " + "  ".join(f"{m} {'ok' if row[m]['identical'] else 'DIFFERS'} "
-                                            f"tau {row[m]['tau']:.2f}" for m in methods), flush=True)
-    result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "target": target.name,
-              "head": note, "max_new_tokens": args.max_new_tokens, "all_identical": ok,
-              "rows": rows, "machine": machine_info()}
+    head, note = head_for(args, target)
+    result = check_lossless(target, head, [m.strip() for m in args.methods.split(",")], args.n,
+                            args.max_new_tokens, tree=tree, log=print)
+    result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note, **result}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(results_json(result))
-    print(f"all identical: {ok}; wrote {args.out}")
-    if not ok:
+    print(f"all identical: {result['all_identical']}; wrote {args.out}")
+    if not result["all_identical"]:
         raise EagleMiniError("EAGLE output differs from vanilla greedy (see the JSON)")
 
 
@@ -360,7 +348,7 @@ def cmd_prepare(args):
 
 
 def cmd_dump_features(args):
-    from .features import dump_command
+    from .training.features import dump_command
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
@@ -371,15 +359,14 @@ def cmd_dump_features(args):
 
 
 def cmd_train_head(args):
-    from .recipes import train_command
+    from .training.commands import train_command
     train_command(args, load(args))
 
 
 def cmd_bench(args):
-    from pathlib import Path
-    from .bench import bench, markdown_table, save
+    from .measure.bench import bench, markdown_table, save
     target = load(args)
-    head, note = load_head(args, target)
+    head, note = head_for(args, target)
     print(note, file=sys.stderr)
     n, tokens = (3, 32) if args.quick else (args.n, args.max_new_tokens)
     result = bench(target, head, tuple(m.strip() for m in args.methods.split(",")), args.dataset,
@@ -393,15 +380,15 @@ def cmd_bench(args):
 
 
 def cmd_eval_head(args):
-    from pathlib import Path
-    from .recipes import eval_command
-    from .profile import results_json
+    from .measure.evaluate import eval_head
+    from .results import results_json
+    tree = tree_arg(args.tree)
     target = load(args)
-    head, note = load_head(args, target)
+    head, note = head_for(args, target)
     print(note, file=sys.stderr)
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note,
-              **eval_command(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
-                             tree=parse_tree_arg(args.tree))}
+              **eval_head(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
+                          tree=tree)}
     text = results_json(result)
     print(text, end="")
     if args.out:
@@ -410,7 +397,7 @@ def cmd_eval_head(args):
 
 
 def cmd_regenerate(args):
-    from .regenerate import regenerate_split
+    from .training.regenerate import regenerate_split
     if args.temperature < 0:
         raise EagleMiniError(f"--temperature must be >= 0, got {args.temperature}")
     if args.start < 0:
@@ -422,12 +409,15 @@ def cmd_regenerate(args):
 
 
 def cmd_experiment(args):
-    from .ablation import ablation_command
+    from .measure.ablation import ablation_command
     ablation_command(args, load(args))
 
 
-COMMANDS = {"experiment": cmd_experiment, "regenerate": cmd_regenerate, "prepare": cmd_prepare, "dump-features": cmd_dump_features,
-            "train-head": cmd_train_head, "eval-head": cmd_eval_head, "bench": cmd_bench, "check-lossless": cmd_check_lossless, "generate": cmd_generate, "profile-target": cmd_profile_target, "demo": cmd_demo}
+COMMANDS = {"generate": cmd_generate, "demo": cmd_demo, "prepare": cmd_prepare,
+            "profile-target": cmd_profile_target, "check-lossless": cmd_check_lossless,
+            "bench": cmd_bench, "eval-head": cmd_eval_head, "dump-features": cmd_dump_features,
+            "regenerate": cmd_regenerate, "train-head": cmd_train_head,
+            "experiment": cmd_experiment}
 
 
 def main(argv=None) -> int:

@@ -4,18 +4,32 @@ Vanilla decoding runs one target forward per new token: that is what EAGLE speed
 output is token-identical to Hugging Face `generate` in fp32, which the tests check; EAGLE's greedy
 output must then be identical to vanilla's (lossless, EAGLE §3.3).
 
+An EAGLE generation is a prefill followed by draft-verify *cycles* (EAGLE §3). `EagleDecoder` runs
+one cycle at a time in three public steps, so a notebook can stop between them:
+
+    dec = EagleDecoder(target, head, "Hi!")   # prefill: the target's first token is dec.root
+    draft = dec.draft()                       # the head drafts a tree under dec.root
+    checked = dec.verify(draft)               # one target forward over the tree: path + bonus
+    new_tokens = dec.accept(checked)          # compact the caches to the path; bonus is the new root
+
 Every loop returns a `Generation` with the same `stats` contract the CLI prints with `--json`:
-`new_tokens`, `seconds` (generation wall time, model loading excluded), `target_forwards`
-(prefill included) and `tau` (new tokens per target forward).
+`new_tokens`, `seconds` (generation wall time, model loading excluded; EAGLE splits it into
+`draft_seconds` and `verify_seconds` of the cycles, the prefill in `other_seconds`), `target_forwards`
+(prefill included), `tau` -- the papers' tau: the mean number of tokens a draft-verify cycle adds,
+bonus token included, prefill not counted (a last cycle cut by `max_new_tokens` or EOS counts the
+tokens kept; None when no cycle ran) -- and `tokens_per_forward` (new tokens / target forwards,
+prefill included). Vanilla decoding's cycle is one plain step, so its tau is 1.
 """
 import time
 from dataclasses import dataclass, field
 
 import torch
 
+from .draft import Draft, Drafter, DynamicTree
 from .errors import EagleMiniError
-from .sampling import SamplingConfig, next_token
+from .sampling import SamplingConfig, make_generator, next_token, warp
 from .target import keep_cache_entries
+from .verify import SampledTreeRule, TopKTreeRule, verify_greedy, verify_sampling
 
 
 @dataclass
@@ -45,6 +59,20 @@ def check_max_new_tokens(max_new_tokens: int) -> None:
         raise EagleMiniError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
 
 
+def cycle_stats(new_tokens: int, target_forwards: int) -> dict:
+    """tau (per draft-verify cycle, prefill not counted) and tokens per target forward.
+
+    Every token after the prefill's first one comes from a cycle, so pooled over any number of
+    generations tau = (tokens - generations) / (forwards - generations).
+
+    >>> cycle_stats(9, 4)
+    {'tau': 2.6666666666666665, 'tokens_per_forward': 2.25}
+    """
+    cycles = target_forwards - 1
+    return {"tau": (new_tokens - 1) / cycles if cycles > 0 else None,
+            "tokens_per_forward": new_tokens / target_forwards}
+
+
 @torch.no_grad()
 def generate_vanilla(target, prompt, max_new_tokens: int = 128, temperature: float = 0.0,
                      top_p: float = 1.0, top_k: int = 0, seed: int | None = 0,
@@ -53,7 +81,7 @@ def generate_vanilla(target, prompt, max_new_tokens: int = 128, temperature: flo
     check_max_new_tokens(max_new_tokens)
     cfg = SamplingConfig(temperature, top_p, top_k)
     ids = prepare_prompt(target, prompt)
-    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    gen = make_generator(seed, target.device)
     start = time.perf_counter()
     cache = target.new_cache()
     logits = target.forward(ids, cache, all_logits=False).logits[-1]
@@ -77,7 +105,7 @@ def generate_vanilla(target, prompt, max_new_tokens: int = 128, temperature: flo
     return Generation(ids, out, target.decode(out), stats={
         "method": "vanilla", "new_tokens": len(out), "seconds": seconds,
         "tokens_per_second": len(out) / seconds, "target_forwards": forwards,
-        "tau": len(out) / forwards, "stop": stop})
+        **cycle_stats(len(out), forwards), "stop": stop})
 
 
 METHODS = {
@@ -87,98 +115,157 @@ METHODS = {
 }
 
 
+def named_tree(tree):
+    """A method name ("eagle-chain", "eagle", "eagle2") -> its tree; anything else unchanged."""
+    if isinstance(tree, str) and tree in METHODS:
+        return METHODS[tree] or DynamicTree()
+    return tree
+
+
+@dataclass
+class Verified:
+    """One verified draft: `path` the accepted node ids (root first), `bonus` the target's own next
+    token, `features: [N, hidden]` and `logits: [N, vocab]` the target's outputs at every node;
+    the target cache holds `prefix` entries plus the whole tree until `accept`."""
+    draft: Draft
+    path: list[int]
+    bonus: int
+    features: torch.Tensor
+    logits: torch.Tensor
+    prefix: int
+
+    @property
+    def new_tokens(self) -> list[int]:
+        """The tokens this cycle adds: the accepted draft tokens, then the bonus token."""
+        return self.draft.tokens[self.path[1:]].tolist() + [self.bonus]
+
+
+class EagleDecoder:
+    """EAGLE decoding one draft-verify cycle at a time (EAGLE §3, EAGLE-2 §4).
+
+    The constructor runs the prefill and the head over the prompt; then each cycle is
+    `draft()` -> `verify(draft)` -> `accept(verified)`. `output_ids` grows by `accept`'s tokens.
+    tree: a method name ("eagle-chain", "eagle", "eagle2"), a static tree spec ("eagle1",
+    "chain:K", a choices list) or a `DynamicTree`. `drafter` replaces the head's `Drafter` with any
+    object offering `extend`, `draft`, `sampled`, `generator` and `head_forwards`.
+    """
+
+    def __init__(self, target, head, prompt, tree="eagle2", temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, seed: int | None = 0, drafter=None):
+        self.target, self.cfg = target, SamplingConfig(temperature, top_p, top_k)
+        self.tree = named_tree(tree)
+        self.prompt_ids = prepare_prompt(target, prompt)
+        self.generator = make_generator(seed, target.device)
+        if drafter is None:
+            drafter = Drafter(head, self.tree, temperature, top_p, top_k, generator=self.generator)
+        else:
+            drafter.generator = self.generator
+        self.drafter = drafter
+        self.rule = SampledTreeRule() if drafter.sampled else TopKTreeRule()
+        self.cache = target.new_cache()
+        step = target.forward(self.prompt_ids, self.cache, all_logits=False)
+        self.root = next_token(step.logits[-1], self.cfg, self.generator)
+        self.drafter.extend(step.features, self.prompt_ids[1:] + [self.root])
+        self.output_ids = [self.root]
+        self.target_forwards = 1
+
+    def draft(self) -> Draft:
+        """The head's draft tree under the current root (EAGLE §3.2 static, EAGLE-2 §4 dynamic)."""
+        return self.drafter.draft(self.root)
+
+    def fits(self, draft: Draft) -> bool:
+        """Whether the tree fits the target's context after the cached prefix."""
+        return self.cache.get_seq_length() + draft.tree.num_nodes <= self.target.context_length
+
+    def verify(self, draft: Draft) -> Verified:
+        """Score every node in one tree-masked target forward and walk the tree (EAGLE §3.3)."""
+        prefix = self.cache.get_seq_length()
+        step = self.target.forward(draft.tokens, self.cache, positions=draft.tree.positions(prefix),
+                                   tree_mask=draft.tree.mask)
+        self.target_forwards += 1
+        if self.cfg.greedy:
+            path, bonus = verify_greedy(draft, step.logits)
+        else:
+            p = warp(step.logits, self.cfg.temperature, self.cfg.top_p, self.cfg.top_k)
+            path, bonus = verify_sampling(draft, p, self.rule, generator=self.generator)
+        return Verified(draft, path, bonus, step.features, step.logits, prefix)
+
+    def compact(self, verified: Verified) -> None:
+        """Keep the prefix and the accepted path's cache entries (EAGLE §3.3)."""
+        keep_cache_entries(self.cache, verified.prefix, verified.path)
+
+    def extend_head(self, verified: Verified) -> None:
+        """Re-run the head over the accepted tokens with the target's true features."""
+        self.drafter.extend(verified.features[verified.path], verified.new_tokens)
+
+    def accept(self, verified: Verified) -> list[int]:
+        """Compact both caches to the accepted path; the bonus becomes the next root."""
+        self.compact(verified)
+        self.extend_head(verified)
+        new = verified.new_tokens
+        self.output_ids += new
+        self.root = verified.bonus
+        return new
+
+
 @torch.no_grad()
 def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float = 0.0,
              top_p: float = 1.0, top_k: int = 0, tree="eagle2", seed: int | None = 0,
              streamer=None, drafter=None) -> Generation:
     """EAGLE decoding (EAGLE §3): draft a tree with the head, verify it in one target forward.
 
-    tree: a method name ("eagle-chain", "eagle", "eagle2", "auto": EAGLE-2 sized for this
-    machine, see `auto.py`), a static tree spec ("eagle1",
-    "chain:K", a choices list) or a `DynamicTree`. The output is lossless: token-identical to
-    `generate_vanilla` when greedy, and distributed exactly like it when sampling.
-    `drafter` replaces the head's `Drafter` with any object offering `extend`, `draft`, `sampled`,
-    `generator` and `head_forwards` (notebooks plug in simple drafters; tests an oracle).
+    The output is lossless: token-identical to `generate_vanilla` when greedy, and distributed
+    exactly like it when sampling. `tree` and `drafter` as in `EagleDecoder`.
     """
-    from .draft import Drafter, DynamicTree
-    from .verify import SampledTreeRule, TopKTreeRule, verify_greedy, verify_sampling
-    from .sampling import warp
-
     check_max_new_tokens(max_new_tokens)
-    cfg = SamplingConfig(temperature, top_p, top_k)
-    if isinstance(tree, str) and tree == "auto":
-        from .auto import auto_tree
-        tree = auto_tree(target, head)
-    elif isinstance(tree, str) and tree in METHODS:
-        tree = METHODS[tree] or DynamicTree()
-    ids = prepare_prompt(target, prompt)
-    gen = torch.Generator().manual_seed(seed) if seed is not None else None
-    if drafter is None:
-        drafter = Drafter(head, tree, temperature, top_p, top_k, generator=gen)
-    else:
-        drafter.generator = gen
-    rule = SampledTreeRule() if drafter.sampled else TopKTreeRule()
     timer = {"draft": 0.0, "verify": 0.0}
     clock = time.perf_counter
     start = clock()
-
-    cache = target.new_cache()
-    step = target.forward(ids, cache, all_logits=False)
-    root = next_token(step.logits[-1], cfg, gen)
-    t = clock()
-    drafter.extend(step.features, ids[1:] + [root])
-    timer["draft"] += clock() - t
-    out, cycles, depth_tries, depth_hits, confidence = [root], [], {}, {}, []
-    stop = "eos" if root in target.eos_token_ids else "max_new_tokens"
+    dec = EagleDecoder(target, head, prompt, tree, temperature, top_p, top_k, seed, drafter)
+    eos = target.eos_token_ids
+    out, cycles, depth_tries, depth_hits, confidence = [dec.root], [], {}, {}, []
+    stop = "eos" if dec.root in eos else "max_new_tokens"
     if streamer is not None:
-        streamer([root])
+        streamer([dec.root])
     while stop != "eos" and len(out) < max_new_tokens:
         t = clock()
-        draft = drafter.draft(root)
+        draft = dec.draft()
         timer["draft"] += clock() - t
-        prefix = cache.get_seq_length()
-        if prefix + draft.tree.num_nodes > target.context_length:
+        if not dec.fits(draft):
             stop = "context"
             break
         t = clock()
-        step = target.forward(draft.tokens, cache, positions=draft.tree.positions(prefix),
-                              tree_mask=draft.tree.mask)
-        if cfg.greedy:
-            path, bonus = verify_greedy(draft, step.logits)
-        else:
-            p = warp(step.logits, temperature, top_p, top_k)
-            path, bonus = verify_sampling(draft, p, rule, generator=gen)
-        keep_cache_entries(cache, prefix, path)
+        checked = dec.verify(draft)
+        dec.compact(checked)
         timer["verify"] += clock() - t
-        new = draft.tokens[path[1:]].tolist() + [bonus]
-        cycles.append(len(new))
-        _count_depths(draft, path, depth_tries, depth_hits, confidence)
         t = clock()
-        drafter.extend(step.features[path], new)
+        dec.extend_head(checked)
         timer["draft"] += clock() - t
-        for i, token in enumerate(new):
-            if token in target.eos_token_ids or len(out) + i + 1 >= max_new_tokens:
+        dec.root = checked.bonus
+        new = checked.new_tokens
+        for i, token in enumerate(new):  # a cycle cut by EOS or max_new_tokens keeps its prefix
+            if token in eos or len(out) + i + 1 >= max_new_tokens:
                 new = new[:i + 1]
-                stop = "eos" if token in target.eos_token_ids else stop
+                stop = "eos" if token in eos else stop
                 break
         out.extend(new)
+        cycles.append(len(new))
+        _count_depths(draft, checked.path, depth_tries, depth_hits, confidence)
         if streamer is not None:
             streamer(new)
-        root = bonus
-        if len(ids) + len(out) >= target.context_length:
+        if len(dec.prompt_ids) + len(out) >= target.context_length:
             stop = "context"
             break
     seconds = clock() - start
-    forwards = 1 + len(cycles)
-    return Generation(ids, out, target.decode(out), stats={
-        "method": "eagle", "tree": str(tree), "new_tokens": len(out), "seconds": seconds,
+    forwards = dec.target_forwards
+    return Generation(dec.prompt_ids, out, target.decode(out), stats={
+        "method": "eagle", "tree": str(dec.tree), "new_tokens": len(out), "seconds": seconds,
         "tokens_per_second": len(out) / seconds, "target_forwards": forwards,
-        "tau": len(out) / forwards, "cycle_lengths": cycles,
-        "mean_cycle_length": sum(cycles) / len(cycles) if cycles else 0.0,
+        **cycle_stats(len(out), forwards), "cycle_lengths": cycles,
         "acceptance_per_depth": {d: depth_hits.get(d, 0) / n for d, n in sorted(depth_tries.items())},
         "draft_seconds": timer["draft"], "verify_seconds": timer["verify"],
         "other_seconds": seconds - timer["draft"] - timer["verify"],
-        "head_forwards": drafter.head_forwards, "confidence_accepted": confidence, "stop": stop})
+        "head_forwards": dec.drafter.head_forwards, "confidence_accepted": confidence, "stop": stop})
 
 
 def _count_depths(draft, path, tries, hits, confidence):

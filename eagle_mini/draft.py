@@ -15,10 +15,12 @@ EAGLE-2 grows the tree where the draft is confident: a node's value is the produ
 probabilities along its path; each step expands the top-k frontier nodes, and the tree keeps the
 `total_tokens - 1` best nodes of all candidates (a child never beats its parent, so it is connected).
 """
+import math
 from dataclasses import dataclass
 
 import torch
 
+from .errors import EagleMiniError
 from .sampling import warp
 from .target import crop_cache
 from .tree import Tree, from_parents, parse_tree
@@ -39,10 +41,46 @@ class Draft:
 
 @dataclass(frozen=True)
 class DynamicTree:
-    """EAGLE-2 tree settings: expand `topk` frontier nodes for `depth` steps, keep `total_tokens`."""
+    """EAGLE-2 tree settings (EAGLE-2 §4): `depth` draft levels, each expanding the `topk` best
+    frontier nodes into `topk` children; the tree keeps `total_tokens` nodes, the root included.
+
+    `depth` counts draft levels. The authors' code takes the root's top-k first and then runs
+    `depth` more expansions, so their `depth=d` drafts d + 1 levels: their 60 / 5 / 10 is our
+    `DynamicTree(60, 6, 10)`, on the command line `dynamic:60,6,10`.
+    """
     total_tokens: int = 16
     depth: int = 5
     topk: int = 4
+
+    def __post_init__(self):
+        for name, least in (("total_tokens", 2), ("depth", 1), ("topk", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < least:
+                raise EagleMiniError(f"DynamicTree {name} must be an integer >= {least}, got "
+                                     f"{value!r} (a tree needs the root and at least one draft node)")
+
+    def __str__(self) -> str:
+        return f"dynamic:{self.total_tokens},{self.depth},{self.topk}"
+
+
+def tree_from_spec(spec):
+    """A tree spec as the CLI takes it -> what `generate` takes: "dynamic:TOTAL,DEPTH,TOPK" gives a
+    `DynamicTree`, anything else goes to `tree.parse_tree` ("eagle1", "chain:K", JSON, a file).
+
+    >>> tree_from_spec("dynamic:60,6,10")
+    DynamicTree(total_tokens=60, depth=6, topk=10)
+    """
+    if isinstance(spec, str) and spec.startswith("dynamic:"):
+        try:
+            total, depth, topk = (int(x) for x in spec.split(":", 1)[1].split(","))
+        except ValueError:
+            raise EagleMiniError(f"tree {spec!r}: use dynamic:TOTAL,DEPTH,TOPK, "
+                                 "e.g. dynamic:16,5,4") from None
+        return DynamicTree(total, depth, topk)
+    tree = parse_tree(spec)
+    if tree.num_nodes < 2:
+        raise EagleMiniError(f"tree {spec!r} has no draft node: nothing would be drafted")
+    return tree
 
 
 class Drafter:
@@ -96,9 +134,10 @@ class Drafter:
         n = tree.num_nodes
         tokens = torch.zeros(n, dtype=torch.long, device=dev)
         tokens[0] = root_token
-        valid = torch.ones(n, dtype=torch.bool)
-        confidence = torch.ones(n)
-        q_full = torch.zeros(n, self.head.target_config.vocab_size) if self.sampled else None
+        valid = torch.ones(n, dtype=torch.bool, device=dev)
+        confidence = torch.ones(n, device=dev)
+        q_full = (torch.zeros(n, self.head.target_config.vocab_size, device=dev)
+                  if self.sampled else None)
         out = {0: self.root_feature}  # node -> its predicted next feature
         slots = []                    # nodes with entries in the head's draft cache, in order
         depths = tree.depths.tolist()
@@ -116,7 +155,7 @@ class Drafter:
                     q = warp(logits[row], *self.warp_args)
                     drawn = torch.multinomial(q, min(need, int((q > 0).sum())), replacement=False,
                                               generator=self.generator)
-                    q_full[p, self._to_target(torch.arange(q.numel(), device=q.device)).cpu()] = q.cpu()
+                    q_full[p, self._to_target(torch.arange(q.numel(), device=dev))] = q
                 else:
                     q = logits[row].softmax(-1)
                     drawn = logits[row].topk(need).indices
@@ -126,7 +165,7 @@ class Drafter:
                         valid[c] = False
                         continue
                     tokens[c] = self._to_target(drawn[r])
-                    confidence[c] = q[drawn[r]].item()
+                    confidence[c] = q[drawn[r]]
             for i in range(n):
                 if depths[i] == d and not valid[tree.parents[i]]:
                     valid[i] = False
@@ -149,7 +188,8 @@ class Drafter:
         for step in range(1, cfg.depth + 1):
             if step > 1:  # run the head on the frontier to get its children's distribution
                 cols = slots + frontier
-                mask = torch.tensor([[c in ancestors[f] for c in cols] for f in frontier])
+                mask = torch.tensor([[c in ancestors[f] for c in cols] for f in frontier],
+                                    device=dev)
                 pred = self._run(torch.stack([feature[parent[f]] for f in frontier]),
                                  torch.tensor([token[f] for f in frontier], device=dev), step - 1, mask)
                 feature.update({f: pred[k] for k, f in enumerate(frontier)})
@@ -164,7 +204,7 @@ class Drafter:
                     token.append(int(self._to_target(idx)))
                     value.append(value[f] + lp)
                     depth.append(step)
-                    conf.append(float(torch.tensor(lp).exp()))
+                    conf.append(math.exp(lp))
                     ancestors.append(ancestors[f] | {len(parent) - 1})
                     new.append(len(parent) - 1)
             # the next frontier: the top-k of this step's candidates by path value
@@ -180,5 +220,5 @@ class Drafter:
             ranks.append(seen[parent[c]])
         tree = from_parents(parents, ranks)
         tokens = torch.tensor([token[c] for c in nodes], device=dev)
-        return Draft(tree, tokens, torch.ones(len(nodes), dtype=torch.bool),
-                     torch.tensor([conf[c] for c in nodes]))
+        return Draft(tree, tokens, torch.ones(len(nodes), dtype=torch.bool, device=dev),
+                     torch.tensor([conf[c] for c in nodes], device=dev))

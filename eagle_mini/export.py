@@ -23,7 +23,7 @@ Left out: EAGLE-3 checkpoints (fused 3H -> H input, own lm_head, `d2t`/`t2d` map
 vocabularies and the feature-only / token-only ablation heads, none of which EAGLE-1 can express.
 
     >>> export_official(head, target, "out/eagle-head")           # doctest: +SKIP
-    >>> head = DraftHead.load("out/eagle-head", target)           # doctest: +SKIP
+    >>> head = load_head("out/eagle-head", target)  # eagle_mini.heads  # doctest: +SKIP
 """
 import json
 import pickle

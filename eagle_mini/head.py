@@ -25,6 +25,7 @@ from torch import nn
 from transformers import AutoConfig
 
 from .errors import EagleMiniError
+from .results import results_json
 from .target import attention_mask_4d
 
 INPUT_MODES = ("feature+token", "feature", "token")
@@ -150,26 +151,37 @@ class DraftHead(nn.Module):
         tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
         tensors["draft_to_target"] = self.draft_to_target.cpu().contiguous()
         save_file(tensors, out / "model.safetensors")
-        (out / "config.json").write_text(json.dumps({**self.config_dict(), **(extra or {})}, indent=2))
+        (out / "config.json").write_text(results_json({**self.config_dict(), **(extra or {})}))
         return out
 
     @classmethod
     def load(cls, head_dir, target=None) -> "DraftHead":
-        """Load a head saved by `save` (or an official EAGLE-1 checkpoint) and attach it."""
+        """Load a head saved by `save` and attach it (`heads.load_head` also reads official
+        EAGLE-1 checkpoints). A missing or damaged file is named in an `EagleMiniError`."""
         d = Path(head_dir)
-        if (d / "pytorch_model.bin").exists() and not (d / "model.safetensors").exists():
-            from .export import load_official
-            return load_official(d, target)
-        if not (d / "config.json").exists():
-            raise EagleMiniError(f"{d} is not a draft head directory (no config.json)")
-        cfg = json.loads((d / "config.json").read_text())
-        tc = cfg["target_config"]
-        target_config = AutoConfig.for_model(**tc)
-        tensors = load_file(d / "model.safetensors")
+        for name in ("config.json", "model.safetensors"):
+            if not (d / name).is_file():
+                raise EagleMiniError(f"{d} is not a draft head directory (no {name})")
+        try:
+            cfg = json.loads((d / "config.json").read_text())
+            target_config = AutoConfig.for_model(**cfg["target_config"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise EagleMiniError(f"{d / 'config.json'} is damaged or not a head config "
+                                 f"({type(e).__name__}: {e})") from None
+        try:
+            tensors = load_file(d / "model.safetensors")
+        except Exception as e:  # safetensors raises its own SafetensorError for a cut file
+            raise EagleMiniError(f"{d / 'model.safetensors'} is damaged: {e}") from None
+        if "draft_to_target" not in tensors:
+            raise EagleMiniError(f"{d / 'model.safetensors'} has no draft_to_target map")
         head = cls(target_config, fc_bias=cfg["fc_bias"], draft_vocab=tensors.pop("draft_to_target"),
                    input_mode=cfg.get("input_mode", "feature+token"),
                    target_name=cfg.get("target_name", ""))
-        head.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
+        try:
+            head.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
+        except RuntimeError as e:
+            raise EagleMiniError(f"{d / 'model.safetensors'} does not match its config.json: "
+                                 f"{str(e).splitlines()[0]}") from None
         head.meta = cfg
         return head.attach(target) if target is not None else head
 

@@ -24,7 +24,7 @@ from transformers.utils import logging as hf_logging
 
 from .assets import asset_path
 from .errors import EagleMiniError
-from .packed import pack_linears
+from .measure.packed import pack_linears
 from .target import Target
 
 # The course's named targets. `hub` entries need internet (and, for 7B, a GPU); `gguf` entries are
@@ -137,8 +137,18 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
     return Target(model, tokenizer, name=name)
 
 
+# Known 7B-class configurations (from the models' published config.json files), so the plan below
+# can be computed without downloading anything.
+BIG_CONFIGS = {
+    "vicuna-7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000},
+    "llama3.1-8b-instruct": {"hidden_size": 4096, "intermediate_size": 14336,
+                             "num_hidden_layers": 32, "num_attention_heads": 32,
+                             "num_key_value_heads": 8, "vocab_size": 128256},
+}
+
+
 def random_big_target(config_name: str, dtype="bf16", device: str = "cuda") -> Target:
-    from .recipes import BIG_CONFIGS
     if config_name not in BIG_CONFIGS:
         raise EagleMiniError(f"unknown random:{config_name}; known: "
                              + ", ".join(f"random:{k}" for k in BIG_CONFIGS))

@@ -56,6 +56,20 @@ def warp(logits: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
     return probs
 
 
+def make_generator(seed: int | None, device) -> torch.Generator | None:
+    """The one random generator of a generation, on the target's device: CUDA's multinomial and
+    rand refuse a CPU generator. None (seed None) means torch's global generator of that device."""
+    if seed is None:
+        return None
+    return torch.Generator(device=torch.device(device)).manual_seed(seed)
+
+
+def uniform(generator: torch.Generator | None = None) -> float:
+    """One draw from U[0, 1), made on the generator's own device."""
+    device = generator.device if generator is not None else None
+    return float(torch.rand((), generator=generator, device=device))
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
     """Draw one token id from probs: [vocab]."""
     return int(torch.multinomial(probs, 1, generator=generator))

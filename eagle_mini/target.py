@@ -134,9 +134,9 @@ def keep_cache_entries(cache: DynamicCache, start: int, keep) -> None:
     layer: only the kept entries that must move are copied (down to `start + i`), then the cache
     is cut after them, so the prefix (hundreds of entries) is never copied.
     """
-    keep = torch.as_tensor(keep, dtype=torch.long).cpu()
+    keep = torch.as_tensor(keep, dtype=torch.long, device="cpu")   # node ids, read on the host
     n = len(keep)
-    moves = not torch.equal(keep, torch.arange(n))   # a chain's accepted path stays where it is
+    moves = not torch.equal(keep, torch.arange(n, device="cpu"))  # a chain's path stays in place
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", False):
             continue

@@ -25,6 +25,10 @@ import torch
 
 from .errors import EagleMiniError
 
+# A tree's shape is a small description read by Python loops: it stays on the CPU, and the target
+# and the head move its mask and positions to their own device when they run it.
+STRUCTURE = torch.device("cpu")
+
 # EAGLE-1's default tree `mc_sim_7b_63` (reference implementation, branch v1, choices.py): 25 draft
 # nodes, depth 5, nodes per depth 4/8/8/3/2, 15 leaves. It is lopsided towards rank 0 because the
 # authors tuned it on measured acceptance rates, and top-1 drafts are accepted far more often.
@@ -99,10 +103,10 @@ class Tree:
                 raise EagleMiniError(f"node {i} (depth {depths[i]}) comes after node {i - 1} "
                                      f"(depth {depths[i - 1]}); nodes must be sorted by depth")
             self.children[p].append(i)
-        self.depths = torch.tensor(depths, dtype=torch.long)
+        self.depths = torch.tensor(depths, dtype=torch.long, device=STRUCTURE)
 
         # A node sees exactly what its parent sees, plus itself; parents come first, so one pass.
-        mask = torch.zeros(n, n, dtype=torch.bool)
+        mask = torch.zeros(n, n, dtype=torch.bool, device=STRUCTURE)
         for i in range(n):
             if i > 0:
                 mask[i] = mask[parents[i]]
@@ -114,7 +118,7 @@ class Tree:
         paths = sorted(mask[i].nonzero().flatten().tolist() for i in leaves)
         width = max(depths) + 1
         self.retrieve_paths = torch.tensor([p + [-1] * (width - len(p)) for p in paths],
-                                           dtype=torch.long)
+                                           dtype=torch.long, device=STRUCTURE)
 
     @property
     def num_nodes(self) -> int:

@@ -17,6 +17,8 @@ the target itself (the "bonus" token), so every cycle adds at least one token.
 """
 import torch
 
+from .sampling import uniform as draw_uniform
+
 
 def verify_greedy(draft, logits: torch.Tensor) -> tuple[list[int], int]:
     """logits: [N, vocab] target logits per node -> (accepted path of node ids, bonus token)."""
@@ -68,8 +70,8 @@ class SampledTreeRule:
 def draw(probs: torch.Tensor, u: float) -> int:
     """Inverse-CDF sampling: the token where the cumulative mass first exceeds u in [0, 1)."""
     cdf = probs.double().cumsum(-1)
-    return int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype),
-                                  right=True).clamp(max=probs.numel() - 1))
+    point = torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype, device=cdf.device)
+    return int(torch.searchsorted(cdf, point, right=True).clamp(max=probs.numel() - 1))
 
 
 def verify_sampling(draft, p: torch.Tensor, rule, generator=None, uniforms=None):
@@ -79,7 +81,7 @@ def verify_sampling(draft, p: torch.Tensor, rule, generator=None, uniforms=None)
     (which makes grading deterministic).
     """
     def uniform():
-        return next(uniforms) if uniforms is not None else float(torch.rand((), generator=generator))
+        return next(uniforms) if uniforms is not None else draw_uniform(generator)
 
     tokens = draft.tokens.tolist()
     path, node = [0], 0

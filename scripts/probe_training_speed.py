@@ -17,8 +17,8 @@ import torch
 
 from eagle_mini.heads import default_head
 from eagle_mini.models import load_target
-from eagle_mini.recipes import featurizer
-from eagle_mini.train import StreamingSource, eagle_loss, pad_batch
+from eagle_mini.training.commands import featurizer
+from eagle_mini.training.train import StreamingSource, eagle_loss, pad_batch
 
 
 def main():

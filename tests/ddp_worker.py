@@ -7,9 +7,9 @@ import torch
 from accelerate import PartialState
 
 from eagle_mini import tiny_target
-from eagle_mini.features import compute_features
+from eagle_mini.training.features import compute_features
 from eagle_mini.head import new_head
-from eagle_mini.train import DumpSource, TrainConfig, train_head
+from eagle_mini.training.train import DumpSource, TrainConfig, train_head
 from test_train import DDP_CONFIG, make_examples
 
 out = sys.argv[1]

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from eagle_mini.assignments import (RELEASE, SOURCE, grade, grade_ids, main, random_choices,
+from eagle_mini.course.assignments import (RELEASE, SOURCE, grade, grade_ids, main, random_choices,
                                     reference_off, release, source_notebooks)
 from eagle_mini.tree import from_choices
 

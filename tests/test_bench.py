@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from eagle_mini import tiny_target
-from eagle_mini.auto import relative_cost
-from eagle_mini.bench import METHODS, bench, markdown_table, save
+from eagle_mini.measure.auto import relative_cost
+from eagle_mini.measure.bench import METHODS, bench, markdown_table, save
 from eagle_mini.decode import generate_vanilla
 from eagle_mini.head import new_head
 
@@ -39,14 +39,14 @@ def test_relative_cost_interpolates_the_curve():
 
 
 def test_results_json_writes_rates_with_nothing_to_count_as_null():
-    from eagle_mini.profile import results_json
+    from eagle_mini.results import results_json
     text = results_json({"alpha": [0.5, float("nan")], "nested": [{"x": float("inf")}], "n": 3})
     strict = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert strict == {"alpha": [0.5, None], "nested": [{"x": None}], "n": 3}
 
 
 def test_a_mismatch_reports_how_many_prompts_and_tokens_still_agree():
-    from eagle_mini.bench import summarize
+    from eagle_mini.measure.bench import summarize
     stats = [{"new_tokens": 4, "seconds": 1.0, "target_forwards": 4}] * 2
     vanilla = [[1, 2, 3, 4], [5, 6, 7, 8]]
     row = summarize("hf-generate", stats, [[1, 2, 3, 4], [5, 6, 9, 9]], vanilla, 4.0, {}, 0.0, None)
@@ -56,7 +56,7 @@ def test_a_mismatch_reports_how_many_prompts_and_tokens_still_agree():
 
 
 def test_first_difference_margin_is_the_logit_gap_where_texts_part():
-    from eagle_mini.bench import first_difference_margins, vanilla_top2_gaps
+    from eagle_mini.measure.bench import first_difference_margins, vanilla_top2_gaps
     target = tiny_target("llama", seed=3, vocab_size=64)
     prompts = [[5, 9, 2, 7], [1, 3, 3, 8, 6]]
     vanilla = [generate_vanilla(target, p, max_new_tokens=8).output_ids for p in prompts]

@@ -33,7 +33,12 @@ def test_generate_eagle_json_matches_vanilla():
     assert out.returncode == 0, out.stderr
     eag = json.loads(out.stdout)
     assert eag["output_ids"] == van["output_ids"]
-    assert eag["stats"]["target_forwards"] >= 1 and eag["stats"]["tau"] >= 1.0
+    s = eag["stats"]
+    # the papers' tau: tokens per draft-verify cycle, bonus included, the prefill's token not counted
+    cycles = s["cycle_lengths"]
+    assert len(cycles) == s["target_forwards"] - 1 and sum(cycles) == s["new_tokens"] - 1
+    assert s["tau"] == sum(cycles) / len(cycles) >= 1.0
+    assert s["tokens_per_forward"] == s["new_tokens"] / s["target_forwards"]
 
 
 def one_line_error(out, pattern):
@@ -51,6 +56,42 @@ def test_bad_input_is_one_line_exit_2():
                    "tree spec")
     one_line_error(run("generate", "--prompt", "x", "--method", "eagle", "--head", "/nonexistent"),
                    "draft head")
+
+
+def test_options_the_method_ignores_are_refused_not_dropped():
+    one_line_error(run("generate", "--prompt", "x", "--head", "data/heads/smollm2-135m"),
+                   r"--head has no effect with --method vanilla")
+    one_line_error(run("generate", "--prompt", "x", "--tree", "chain:2"),
+                   r"--tree has no effect with --method vanilla")
+    one_line_error(run("generate", "--prompt", "x", "--method", "eagle2", "--seed", "3"),
+                   r"--seed has no effect when decoding greedily")
+    one_line_error(run("generate", "--prompt", "x", "--method", "eagle2", "--top-p", "0.9",
+                       "--top-k", "5"), r"--top-p, --top-k have no effect")
+
+
+def test_degenerate_trees_are_refused():
+    for spec in ("dynamic:0,0,0", "dynamic:1,5,4", "dynamic:16,0,4", "dynamic:16,5,0"):
+        one_line_error(run("generate", "--prompt", "x", "--method", "eagle2", "--tree", spec),
+                       r"DynamicTree \w+ must be an integer >= \d")
+    one_line_error(run("generate", "--prompt", "x", "--method", "eagle", "--tree", "[]"),
+                   "no draft node")
+
+
+def test_profile_target_out_directory_is_refused(tmp_path):
+    one_line_error(run("profile-target", "--out", str(tmp_path)), "is a directory")
+
+
+def test_damaged_head_file_is_named(tmp_path):
+    shipped = ROOT / "data" / "heads" / "smollm2-135m"
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text((shipped / "config.json").read_text())
+    (head / "model.safetensors").write_bytes((shipped / "model.safetensors").read_bytes()[:5000])
+    one_line_error(run("generate", "--prompt", "x", "--method", "eagle2", "--head", str(head)),
+                   r"model\.safetensors is damaged")
+    (head / "config.json").write_text("{not json")
+    one_line_error(run("generate", "--prompt", "x", "--method", "eagle2", "--head", str(head)),
+                   r"config\.json is damaged")
 
 
 def test_environment_yml_matches_pyproject():

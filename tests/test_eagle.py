@@ -54,11 +54,24 @@ def references(smollm, mt_prompts):
 
 @pytest.mark.parametrize("tree", ["eagle", "eagle2"])
 def test_random_head_is_lossless_on_mtbench(smollm, smollm_head, references, tree):
+    """Token-identical to vanilla, and the counts add up: one target forward for the prefill and
+    one per cycle; the prefill gives the first token and the cycles every other one; tau is the
+    mean cycle length; the head runs once over the prompt and, per cycle, once per draft level
+    below the last plus once over the accepted tokens."""
     small = {"eagle": SMALL_TREES[1], "eagle2": SMALL_TREES[2]}[tree]
+    levels = 3  # both small trees draft 3 levels
     for ref in references:
         gen = generate(smollm, smollm_head, ref.prompt_ids, 32, tree=small)
         assert gen.output_ids == ref.output_ids
-        assert gen.stats["target_forwards"] <= ref.stats["target_forwards"]
+        s, cycles = gen.stats, gen.stats["cycle_lengths"]
+        assert s["new_tokens"] == len(gen.output_ids)
+        assert s["target_forwards"] == 1 + len(cycles)
+        assert sum(cycles) == s["new_tokens"] - 1
+        assert all(1 <= c <= levels + 1 for c in cycles)
+        assert s["tau"] == pytest.approx(sum(cycles) / len(cycles), rel=1e-12)
+        assert s["tokens_per_forward"] == pytest.approx(s["new_tokens"] / s["target_forwards"],
+                                                        rel=1e-12)
+        assert s["head_forwards"] == 1 + levels * len(cycles)
 
 
 def test_oracle_drafter_is_lossless_with_long_accepted_paths(smollm, smollm_head, references):

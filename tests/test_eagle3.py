@@ -3,12 +3,12 @@ import pytest
 import torch
 
 from eagle_mini import tiny_target
-from eagle_mini.data import Example
-from eagle_mini.eagle3 import (FusedHead, evaluate, feature_layers, head_inputs, layer_features,
+from eagle_mini.training.data import Example
+from eagle_mini.measure.eagle3 import (FusedHead, evaluate, feature_layers, head_inputs, layer_features,
                                new_fused_head, ttt_loss)
-from eagle_mini.features import compute_features
+from eagle_mini.training.features import compute_features
 from eagle_mini.head import new_head
-from eagle_mini.train import eagle_loss
+from eagle_mini.training.train import eagle_loss
 
 
 def make_examples(n=3, length=20, vocab=64, seed=0):

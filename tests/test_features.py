@@ -1,4 +1,4 @@
-"""Specifications of eagle_mini.features: offline features for draft-head training (EAGLE §4).
+"""Specifications of eagle_mini.training.features: offline features for draft-head training (EAGLE §4).
 
 Oracle: the target run on each example alone (`Target.forward`, what decoding sees). Batching,
 padding and sorting must not change a feature beyond fp16 rounding; a dump must round-trip; a killed
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from eagle_mini import tiny_target
-from eagle_mini.data import Example
+from eagle_mini.training.data import Example
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.features import (FeatureDataset, compute_features, dump_features, length_batches,
+from eagle_mini.training.features import (FeatureDataset, compute_features, dump_features, length_batches,
                                  stream_features, target_fingerprint)
 
 LENGTHS = [5, 17, 3, 30, 9, 1, 12, 8, 21, 4, 14]

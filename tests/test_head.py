@@ -12,6 +12,7 @@ from eagle_mini import EagleMiniError, tiny_target
 from eagle_mini.decode import generate
 from eagle_mini.export import export_official, load_official
 from eagle_mini.head import DraftHead, new_head
+from eagle_mini.heads import load_head
 from eagle_mini.target import Target
 
 PROMPT = list(range(3, 14))
@@ -84,7 +85,7 @@ def test_head_is_fc_plus_one_layer_and_borrows_the_targets_embedding_and_lm_head
 def test_official_checkpoint_loads_generates_exports_and_reloads_identically(llama, tmp_path):
     head = perturbed(new_head(llama, seed=3))
     src = write_official_by_hand(head, llama, tmp_path / "released")
-    loaded = DraftHead.load(src, llama)  # no model.safetensors: the official loader is used
+    loaded = load_head(src, llama)  # no model.safetensors: the official loader is used
     assert loaded.meta["format"] == "eagle-1" and loaded.fc.bias is not None
     # Greedy output is the target's whatever the head; the draft confidences are the head's own.
     ref = generate(llama, head, PROMPT, max_new_tokens=12, tree="eagle")

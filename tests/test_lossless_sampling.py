@@ -18,6 +18,8 @@ Two levels:
 import itertools
 from unittest import mock
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -220,6 +222,7 @@ SAMPLES = 2000  # seeded generations per configuration, controls included
 EAGLE1_TREE = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1]]  # depth 3
 EAGLE2_TREE = DynamicTree(total_tokens=8, depth=3, topk=3)
 WARPS = {"T=1": (1.0, 1.0), "T=0.7,top-p=0.9": (0.7, 0.9)}
+DEVICE = os.environ.get("EAGLE_MINI_TEST_DEVICE", "cpu")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -268,13 +271,14 @@ def close_head(target):
 @torch.no_grad()
 def exact_joint(target, prompt, n, temperature, top_p) -> torch.Tensor:
     """P(t_1..t_n) of vanilla sampling, [vocab] * n, by running every prefix (one batch a step)."""
-    joint, prefixes = torch.ones(1, dtype=torch.float64), torch.tensor([prompt])
+    dev = target.device
+    joint, prefixes = torch.ones(1, dtype=torch.float64, device=dev), torch.tensor([prompt], device=dev)
     for _ in range(n):
         p = warp(target.model(prefixes).logits[:, -1], temperature, top_p).double()
         joint = (joint[:, None] * p).flatten()
         prefixes = torch.cat([prefixes.repeat_interleave(VOCAB, 0),
-                              torch.arange(VOCAB).repeat(len(prefixes))[:, None]], dim=1)
-    return joint.view([VOCAB] * n)
+                              torch.arange(VOCAB, device=dev).repeat(len(prefixes))[:, None]], dim=1)
+    return joint.view([VOCAB] * n).cpu()
 
 
 def chi_square_pvalue(samples, law, min_expected=5.0) -> float:
@@ -296,7 +300,10 @@ def chi_square_pvalue(samples, law, min_expected=5.0) -> float:
 
 @pytest.fixture(scope="module")
 def world():
+    """The tiny target and heads on DEVICE (`EAGLE_MINI_TEST_DEVICE`, default cpu; cuda on a GPU
+    machine runs the same chi-square tests with every draw made on the GPU)."""
     target = make_target()
+    target.model.to(DEVICE)
     return {"target": target,
             "heads": {"random head": new_head(target, seed=1), "close head": close_head(target)},
             "laws": {w: exact_joint(target, PROMPT, 4, *WARPS[w]).sum(0) for w in WARPS}}

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from eagle_mini import tiny_target
-from eagle_mini.packed import available, is_packed, pack_linears, stock_kernels, unpack_linears
+from eagle_mini.measure.packed import available, is_packed, pack_linears, stock_kernels, unpack_linears
 from eagle_mini.tree import from_parents
 
 pytestmark = pytest.mark.skipif(not available(), reason="MKL packed GEMM not in this torch build")

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from eagle_mini.data import iter_conversations
+from eagle_mini.training.data import iter_conversations
 from eagle_mini.decode import generate_vanilla
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.regenerate import (generate_batch, read_regenerated, regenerate_conversations,
+from eagle_mini.training.regenerate import (generate_batch, read_regenerated, regenerate_conversations,
                                    regenerate_split, remake_command)
 
 
@@ -55,7 +55,7 @@ def test_max_turns_stops_after_that_many_replies(smollm):
 def test_split_batches_similar_lengths_and_records_max_turns(smollm, tmp_path):
     out = tmp_path / "regen.jsonl"
     seen = []
-    import eagle_mini.regenerate as regen
+    import eagle_mini.training.regenerate as regen
     real = regen.generate_batch
 
     def spy(target, prompts, *a, **k):
@@ -102,8 +102,8 @@ def test_split_resumes_after_a_torn_line_and_checks_settings(smollm, tmp_path):
 
 
 def test_training_takes_replies_of_this_target_in_its_own_or_the_featurizing_dtype(smollm, tmp_path):
-    from eagle_mini.features import target_fingerprint
-    from eagle_mini.recipes import featurizer, regenerated_for
+    from eagle_mini.training.features import target_fingerprint
+    from eagle_mini.training.commands import featurizer, regenerated_for
     bf16 = featurizer(smollm, "bf16")
     record = {"index": 15000, "id": "x", "stop": "done", "messages": [
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]}
@@ -147,7 +147,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 def test_card_says_how_to_write_the_regenerated_file_again(tmp_path):
     from eagle_mini import tiny_target
     from eagle_mini.head import new_head
-    from eagle_mini.recipes import write_card
+    from eagle_mini.training.commands import write_card
     head = new_head(tiny_target("llama", seed=0, vocab_size=64), seed=0)
     remake = "python -m eagle_mini regenerate --split train --start 5 --max-conversations 7 --out r.jsonl"
     base = {"date": "2026-12-03", "steps": 1, "tokens": 10, "seconds": 1.0,

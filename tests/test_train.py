@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from eagle_mini import EagleMiniError, tiny_target
-from eagle_mini.data import Example
+from eagle_mini.training.data import Example
 from eagle_mini.decode import generate, generate_vanilla
-from eagle_mini.features import FeatureDataset, compute_features, dump_features
+from eagle_mini.training.features import FeatureDataset, compute_features, dump_features
 from eagle_mini.head import DraftHead, new_head
-from eagle_mini.recipes import featurizer
-from eagle_mini.train import (DumpSource, TrainConfig, chain_acceptance, eagle_loss,
+from eagle_mini.training.commands import featurizer
+from eagle_mini.training.train import (DumpSource, TrainConfig, chain_acceptance, eagle_loss,
                               evaluate_head, pad_batch, train_head,
                               unrolled_predictions)
 
@@ -183,7 +183,8 @@ def test_features_and_heads_refuse_another_target(tmp_path):
 
 def test_training_plan_matches_known_model_sizes():
     """Vicuna-7B has 6.74B parameters and a 0.24B EAGLE head (reference §1); LLaMA-3.1-8B 8.03B."""
-    from eagle_mini.recipes import BIG_CONFIGS, training_plan
+    from eagle_mini.models import BIG_CONFIGS
+    from eagle_mini.training.commands import training_plan
     vicuna = training_plan(BIG_CONFIGS["vicuna-7b"], tokens=1_000_000)
     assert round(vicuna["target_params_b"], 2) == 6.74
     assert round(vicuna["head_params_m"], 1) == 235.9
@@ -218,8 +219,8 @@ def test_ddp_over_two_processes_equals_one_process_on_the_joint_batch(tiny, tmp_
 
 def test_streaming_wraps_into_a_new_epoch_only_when_asked(smollm):
     """A used-up split is a clear error; with `wrap` the next batch starts the split again."""
-    from eagle_mini.data import ShareGPT
-    from eagle_mini.train import StreamingSource
+    from eagle_mini.training.data import ShareGPT
+    from eagle_mini.training.train import StreamingSource
     msgs = [[{"role": "user", "content": f"Question {i}?"},
              {"role": "assistant", "content": f"Answer number {i}."}] for i in range(3)]
     data = ShareGPT([{"id": str(i)} for i in range(3)], msgs)

@@ -5,19 +5,19 @@ import json
 import pytest
 import torch
 
-import eagle_mini.train
+import eagle_mini.training.train
 from eagle_mini import EagleMiniError, tiny_target
-from eagle_mini.ablation import (AblationConfig, EpochSource, config_from_args, paper_checks,
+from eagle_mini.measure.ablation import (AblationConfig, EpochSource, config_from_args, paper_checks,
                                  run_ablation, summary_table)
 from eagle_mini.cli import build_parser
-from eagle_mini.data import Example
+from eagle_mini.training.data import Example
 from eagle_mini.decode import generate, generate_vanilla
 from eagle_mini.draft import DynamicTree
-from eagle_mini.features import compute_features
+from eagle_mini.training.features import compute_features
 from eagle_mini.head import new_head
-from eagle_mini.train import chain_acceptance, eagle_loss
+from eagle_mini.training.train import chain_acceptance, eagle_loss
 from eagle_mini.tree import parse_tree
-from eagle_mini.uncertainty import (BY_NAME, VARIANTS, UnshiftedDrafter, branch_features,
+from eagle_mini.measure.uncertainty import (BY_NAME, VARIANTS, UnshiftedDrafter, branch_features,
                                     predict_branches, training_rows)
 
 VOCAB = 64
@@ -93,13 +93,13 @@ def test_four_variants_differ_only_in_the_fc_input(result, target, monkeypatch, 
             {k: x for k, x in shapes["shifted"].items() if k != "fc.weight"}, name
     # and every head starts from the same decoder layer
     starts = {}
-    real = eagle_mini.train.train_head
+    real = eagle_mini.training.train.train_head
 
     def capture(head, *a, **kw):
         starts[head.input_mode, head.fc.in_features] = {k: t.clone() for k, t in
                                                        head.layers.state_dict().items()}
         return real(head, *a, **kw)
-    monkeypatch.setattr(eagle_mini.train, "train_head", capture)
+    monkeypatch.setattr(eagle_mini.training.train, "train_head", capture)
     run(target, tmp_path)
     first = next(iter(starts.values()))
     assert len(starts) == 3 and all(torch.equal(first[k], s[k]) for s in starts.values() for k in s)
@@ -156,25 +156,25 @@ def test_paper_checks_hold_on_the_papers_pattern_and_fail_off_it():
 
 
 def test_a_rerun_skips_finished_variants(target, tmp_path, monkeypatch):
-    real, calls = eagle_mini.train.train_head, []
+    real, calls = eagle_mini.training.train.train_head, []
 
     def killed_at_third(head, *a, **kw):
         calls.append(head.input_mode)
         if len(calls) == 3:
             raise KeyboardInterrupt
         return real(head, *a, **kw)
-    monkeypatch.setattr(eagle_mini.train, "train_head", killed_at_third)
+    monkeypatch.setattr(eagle_mini.training.train, "train_head", killed_at_third)
     with pytest.raises(KeyboardInterrupt):
         run(target, tmp_path)
     first = {v: json.loads((tmp_path / v / "result.json").read_text()) for v in ("token", "feature")}
     calls.clear()
-    monkeypatch.setattr(eagle_mini.train, "train_head", lambda head, *a, **kw:
+    monkeypatch.setattr(eagle_mini.training.train, "train_head", lambda head, *a, **kw:
                         calls.append(head.input_mode) or real(head, *a, **kw))
     res = run(target, tmp_path)
     assert calls == ["feature+token", "feature+token"]  # unshifted and shifted only
     for v in ("token", "feature"):
         assert res["variants"][v]["epochs"] == first[v]["epochs"]
-    monkeypatch.setattr(eagle_mini.train, "train_head", None)  # nothing left to train or decode
+    monkeypatch.setattr(eagle_mini.training.train, "train_head", None)  # nothing left to train or decode
     assert run(target, tmp_path)["variants"]["shifted"] == res["variants"]["shifted"]
     with pytest.raises(EagleMiniError, match="another run"):
         run_ablation(target, make_examples(5), make_examples(3, seed=1), [[1, 2]], TINY, tmp_path,

@@ -36,9 +36,10 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from .data import SPLITS, ShareGPT, read_sharegpt, split_indices
-from .errors import EagleMiniError
+from ..errors import EagleMiniError
 
 FORMAT = "eagle_mini.regenerated/1"
 
@@ -160,12 +161,14 @@ def _read_lines(path: Path) -> tuple[dict | None, list[dict]]:
 def regenerate_split(target, out_path, split: str = "train", start: int = 0,
                      max_conversations: int = 100, batch_size: int = 8, max_new_tokens: int = 256,
                      max_len: int = 1024, temperature: float = 0.0, seed: int = 0,
-                     data: ShareGPT | None = None, log=print, max_turns: int | None = None) -> dict:
+                     data: ShareGPT | None = None, log=print, max_turns: int | None = None,
+                     progress: bool = True) -> dict:
     """Regenerate `max_conversations` conversations of a split from record `start`; resumable.
 
     Batches are formed from conversations of similar first-prompt length (sorted within pools of
     8 batches), so left padding costs little; lines are written in that order. Returns counts:
     conversations written in all, replies made now, tokens generated now, seconds.
+    progress: a bar over conversations with the reply tokens/s.
     """
     from .features import target_fingerprint
     if target.tokenizer is None:
@@ -200,6 +203,8 @@ def regenerate_split(target, out_path, split: str = "train", start: int = 0,
     if old is None:
         out_path.write_text(json.dumps(header) + "\n")
     made, tokens, t0 = 0, 0, time.perf_counter()
+    bar = tqdm(total=len(done) + len(todo), initial=len(done), desc="regenerate", unit="conv",
+               disable=not progress)
     for b in range(0, len(todo), batch_size):
         batch = todo[b:b + batch_size]
         results = regenerate_conversations(target, [data.messages[i] for i in batch],
@@ -218,8 +223,12 @@ def regenerate_split(target, out_path, split: str = "train", start: int = 0,
             f.flush()
             os.fsync(f.fileno())
         seconds = time.perf_counter() - t0
-        log(f"{len(done) + b + len(batch)} conversations written, {made} replies, "
-            f"{tokens:,} reply tokens in {seconds:.0f} s ({tokens / max(seconds, 1e-9):.1f} tok/s)")
+        bar.set_postfix(tok_s=f"{tokens / max(seconds, 1e-9):.1f}", refresh=False)
+        bar.update(len(batch))
+        with tqdm.external_write_mode():  # lift the bar off the terminal while `log` prints
+            log(f"{len(done) + b + len(batch)} conversations written, {made} replies, "
+                f"{tokens:,} reply tokens in {seconds:.0f} s ({tokens / max(seconds, 1e-9):.1f} tok/s)")
+    bar.close()
     return {"conversations": len(done) + len(todo), "replies": made, "tokens": tokens,
             "seconds": time.perf_counter() - t0, "out": str(out_path)}
 

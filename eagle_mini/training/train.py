@@ -28,8 +28,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
-from .errors import EagleMiniError
+from ..errors import EagleMiniError
+from ..results import results_json
 
 
 @dataclass
@@ -294,11 +296,12 @@ def _atomic_save(obj, path: Path):
 
 
 def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int | None = None,
-               evaluate_fn=None, vocab_ids=None, log=print) -> dict:
+               evaluate_fn=None, vocab_ids=None, log=print, progress: bool = True) -> dict:
     """Train `head` (attached to `target`) on batches from `source`; resumable from out_dir/ckpt.
 
     stop_after: optimizer steps to do in this call (the schedule still spans cfg.steps), so a long
     run can be spread over sessions. evaluate_fn(head) -> dict runs at eval_every and at the end.
+    progress: a bar over this call's optimizer steps with the token rate (main process only).
     """
     from accelerate import Accelerator
     out = Path(out_dir)
@@ -334,6 +337,9 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
         log_path.write_text("".join(r + "\n" for r in rows))
     start_step, t0 = state["step"], time.perf_counter()
     metrics, evaluated_at = {}, None
+    end_step = cfg.steps if stop_after is None else min(cfg.steps, start_step + stop_after)
+    bar = tqdm(total=end_step, initial=start_step, desc="train-head", unit="step",
+               disable=not (progress and accelerator.is_main_process))
     while state["step"] < cfg.steps and (stop_after is None or state["step"] - start_step < stop_after):
         # every process advances the data position alike and featurizes only its own share (DDP)
         shares = [source.take(cfg.batch_tokens) for _ in range(accelerator.num_processes)]
@@ -362,15 +368,20 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
         main = accelerator.is_main_process  # one writer for logs and checkpoints
         if main:
             with log_path.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
+                fh.write(results_json(row, indent=None))
+        tok_s = state["tokens_seen"] / max(state["seconds"], 1e-9)
+        bar.set_postfix(loss=f"{parts['loss']:.4f}", tok_s=f"{tok_s:.0f}", refresh=False)
+        bar.update()
         if main and (state["step"] % cfg.log_every == 0 or state["step"] == 1):
-            log(f"step {state['step']:5d}  loss {parts['loss']:.4f}  reg {parts['reg']:.4f}  "
-                f"cls {parts['cls']:.3f}  top1 {parts['top1']:.3f}  lr {row['lr']:.2e}  "
-                f"{state['tokens_seen'] / max(state['seconds'], 1e-9):.0f} tok/s")
+            with tqdm.external_write_mode():  # lift the bar off the terminal while `log` prints
+                log(f"step {state['step']:5d}  loss {parts['loss']:.4f}  reg {parts['reg']:.4f}  "
+                    f"cls {parts['cls']:.3f}  top1 {parts['top1']:.3f}  lr {row['lr']:.2e}  "
+                    f"{tok_s:.0f} tok/s")
         if main and (state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps):
             save_checkpoint(accelerator.unwrap_model(model), optimizer, scheduler, noise_gen,
                             source.cursor, state, cfg, ckpt)
         t0 = time.perf_counter()
+    bar.close()
     if accelerator.is_main_process and state["step"] - start_step and state["step"] % cfg.ckpt_every:
         save_checkpoint(accelerator.unwrap_model(model), optimizer, scheduler, noise_gen,
                         source.cursor, state, cfg, ckpt)

@@ -6,48 +6,15 @@ tens of tokens (decoding is bandwidth bound); on a small CPU it breaks down much
 module measures the curve on the machine at hand: a forward of n new tokens over a cached prefix,
 for n = 1, 2, 4, ..., repeated with the n values interleaved, medians reported relative to n = 1.
 """
-import json
-import math
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
-from .target import crop_cache
-
-
-def machine_info() -> dict:
-    """Enough to tell two measurements' machines apart."""
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"platform": platform.platform(), "cpu": cpu, "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "python": platform.python_version()}
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
-def results_json(value, indent: int = 2) -> str:
-    """JSON text for a results file. A rate with nothing to count (an alpha at a depth no chain
-    reached) is NaN in Python but has no JSON spelling: it is written as null, so every results
-    file stays readable by strict parsers (`json.loads(..., parse_constant=...)`, jq, browsers)."""
-    def clean(v):
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [clean(x) for x in v]
-        return v
-    return json.dumps(clean(value), indent=indent, allow_nan=False) + "\n"
+from ..results import machine_info, results_json
+from ..target import crop_cache
 
 
 def _sync(device):
@@ -58,12 +25,12 @@ def _sync(device):
 @torch.no_grad()
 def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repeats: int = 7,
                warmup: int = 2, seed: int = 0, with_head: bool = False,
-               compare_stock: bool = False) -> dict:
+               compare_stock: bool = False, progress: bool = True) -> dict:
     """Median forward time of n new tokens (causal tree mask) over a cached prefix, per n.
 
     With `compare_stock` (and a target loaded with packed weights, `packed.py`) the stock kernels
     are timed in the same run, rounds interleaved, and reported under `"stock"`: the before/after
-    of the packing on one machine at one moment.
+    of the packing on one machine at one moment. progress: a bar over the forwards, warm-up included.
     """
     from contextlib import nullcontext
 
@@ -75,6 +42,8 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
     cache = target.new_cache()
     target.forward(prefix, cache, all_logits=False)
     times = {(v, n): [] for v in variants for n in ns}
+    bar = tqdm(total=(warmup + repeats) * len(variants) * len(ns), desc="cost curve",
+               unit="forward", disable=not progress)
     for r in range(warmup + repeats):  # warm-up rounds also pack the weights once per size
         for v in variants if r % 2 == 0 else variants[::-1]:
             with stock_kernels(target.model) if v == "stock" else nullcontext():
@@ -88,6 +57,8 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
                     if r >= warmup:
                         times[v, n].append(time.perf_counter() - t)
                     crop_cache(cache, prefix_len)
+                    bar.update()
+    bar.close()
 
     def curve(v):
         median = [statistics.median(times[v, n]) for n in ns]
@@ -105,7 +76,7 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
 
 def _head_cost(target, ns, repeats, g) -> list[float]:
     """Median time of one draft-head forward of n tokens (a random head of this target's shape)."""
-    from .head import new_head
+    from ..head import new_head
     head = new_head(target).to(target.dtype)
     prefix = 200
     feats = torch.randn(1, prefix, target.hidden_size, generator=g).to(target.device, target.dtype)

@@ -27,8 +27,8 @@ from safetensors.torch import load_file, save as save_tensors
 from tqdm.auto import tqdm
 
 from .data import iter_conversations, read_sharegpt
-from .errors import EagleMiniError
-from .models import load_target
+from ..errors import EagleMiniError
+from ..models import load_target
 
 FORMAT = "eagle_mini.features/1"
 

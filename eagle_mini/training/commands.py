@@ -1,13 +1,11 @@
-"""End-to-end commands around the trainer: train a head, evaluate it, write its model card.
+"""End-to-end commands around the trainer: train a head and write its model card.
 
 `train-head` trains from stored features (`--features DIR`, the paper's way, the GPU/7B path) or
 streams features computed on the fly (`--stream`, the CPU way). A head is continued with `--init`
 (the shipped head grows run after run); checkpoints live in a work directory that is never
 committed, the exported bf16 head in `--out`.
 
-`eval-head` measures what the paper reports: top-1 and n-alpha teacher-forced on held-out ShareGPT
-text, and -- what decoding actually meets -- acceptance and tau while EAGLE-2 decodes MT-bench
-prompts (the target's own greedy continuations).
+Evaluating a head (`eval-head`) is measurement: `measure/evaluate.py`.
 """
 import json
 import sys
@@ -18,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from .errors import EagleMiniError
+from ..errors import EagleMiniError
 from .features import target_fingerprint
-from .head import DraftHead, new_head
+from ..head import DraftHead, new_head
 from .train import DumpSource, StreamingSource, TrainConfig, evaluate_head, train_head
 
 
@@ -31,9 +29,19 @@ def frequent_tokens(target, n: int, conversations: int = 2000) -> list[int]:
     for ex in iter_conversations("train", target.tokenizer, max_len=2048,
                                  max_conversations=conversations):
         counts.update(t for t, m in zip(ex.input_ids, ex.loss_mask) if m)
+    return most_frequent_ids(counts, n, target.vocab_size)
+
+
+def most_frequent_ids(counts: Counter, n: int, vocab_size: int) -> list[int]:
+    """The n most frequent token ids, topped up with the lowest unseen ids, sorted.
+
+    >>> most_frequent_ids(Counter({5: 3, 2: 1}), 4, 10)
+    [0, 1, 2, 5]
+    """
     ids = [t for t, _ in counts.most_common(n)]
-    rest = [t for t in range(target.vocab_size) if t not in set(ids)]
-    return sorted(ids + rest[:max(0, n - len(ids))])
+    chosen = set(ids)   # built once: a set per vocabulary entry took seconds at 49k entries
+    rest = (t for t in range(vocab_size) if t not in chosen)
+    return sorted(ids + [next(rest) for _ in range(max(0, n - len(ids)))])
 
 
 def regenerated_for(path, target, feat, feature_dtype: str | None):
@@ -68,8 +76,8 @@ def featurizer(target, dtype: str):
     give the same argmax at 98.5-99.3% of assistant tokens (`scripts/probe_training_speed.py`,
     EXPERIMENTS.md). Validation, evaluation and decoding keep the target's own dtype."""
     from transformers import AutoModelForCausalLM
-    from .models import _dtype
-    from .target import Target
+    from ..models import _dtype
+    from ..target import Target
     if not dtype or _dtype(dtype) == target.model.dtype:
         return target
     model = AutoModelForCausalLM.from_config(target.config, dtype=_dtype(dtype),
@@ -196,45 +204,6 @@ def plot_log(log_path: Path, png: Path) -> None:
     fig.savefig(png, dpi=100)
 
 
-def eval_command(target, head, n_text: int = 50, n_prompts: int = 80, max_new_tokens: int = 64,
-                 max_len: int = 1024, tree=None) -> dict:
-    """Teacher-forced top-1 / n-alpha on the test split, and tau while decoding MT-bench.
-
-    Tau is the mean over prompts of tokens per cycle, with its standard error and per category;
-    fewer than all 80 prompts are spread over the categories (`data.evenly_spaced`)."""
-    from .data import evenly_spaced, mtbench_questions
-    from .decode import generate
-    text = evaluate_head(head, validation_features(target, n_text, max_len, split="test"))
-    taus, cycles, depth, by_cat = [], [], Counter(), {}
-    tries = Counter()
-    for q in evenly_spaced(mtbench_questions(), n_prompts):
-        gen = generate(target, head, q["turns"][0], max_new_tokens, tree=tree or "eagle2")
-        taus.append(gen.stats["tau"])
-        by_cat.setdefault(q["category"], []).append(gen.stats["tau"])
-        cycles += gen.stats["cycle_lengths"]
-        for d, rate in gen.stats["acceptance_per_depth"].items():
-            depth[d] += rate
-            tries[d] += 1
-    mean = sum(taus) / len(taus)
-    se = (sum((t - mean) ** 2 for t in taus) / max(1, len(taus) - 1) / len(taus)) ** 0.5
-    return {"test_text": text,
-            "mtbench": {"prompts": len(taus), "max_new_tokens": max_new_tokens,
-                        "tree": str(tree or "eagle2"), "tau": mean, "tau_se": se,
-                        "tau_by_category": {c: sum(v) / len(v) for c, v in by_cat.items()},
-                        "tau_per_prompt": taus,
-                        "mean_cycle_length": sum(cycles) / len(cycles),
-                        "acceptance_per_depth": {d: depth[d] / tries[d] for d in sorted(depth)}}}
-
-
-# Known 7B-class configurations (from the models' published config.json files), so the plan below
-# can be computed without downloading anything.
-BIG_CONFIGS = {
-    "vicuna-7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-                  "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000},
-    "llama3.1-8b-instruct": {"hidden_size": 4096, "intermediate_size": 14336,
-                             "num_hidden_layers": 32, "num_attention_heads": 32,
-                             "num_key_value_heads": 8, "vocab_size": 128256},
-}
 
 
 def training_plan(config: dict, tokens: int, feature_bytes: int = 2) -> dict:

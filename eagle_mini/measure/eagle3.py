@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import EagleMiniError
-from .head import DraftHead
-from .train import chain_acceptance, loss_mask_positions, unrolled_predictions
+from ..errors import EagleMiniError
+from ..head import DraftHead
+from ..training.train import chain_acceptance, loss_mask_positions, unrolled_predictions
 
 
 def feature_layers(num_hidden_layers: int) -> tuple[int, int]:

@@ -15,8 +15,8 @@ eagle_mini's own implementation on random inputs: the package is the oracle.
 
 nbgrader is a development dependency; only `release` and `grade` import it.
 
-    python -m eagle_mini.assignments release
-    python -m eagle_mini.assignments grade path/to/submitted.ipynb
+    python -m eagle_mini.course.assignments release
+    python -m eagle_mini.course.assignments grade path/to/submitted.ipynb
 """
 import argparse
 import json
@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import EagleMiniError
+from ..errors import EagleMiniError
 
-ASSIGNMENTS = Path(__file__).resolve().parent.parent / "notebooks" / "assignments"
+ASSIGNMENTS = Path(__file__).resolve().parents[2] / "notebooks" / "assignments"
 SOURCE = ASSIGNMENTS / "source"
 RELEASE = ASSIGNMENTS / "release"
 CELL_TIMEOUT = 120  # seconds a cell may run when autograding; every assignment cell needs a few
@@ -264,7 +264,7 @@ def grade(submissions, source: Path = SOURCE) -> list[Grade]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eagle_mini.assignments",
+    parser = argparse.ArgumentParser(prog="python -m eagle_mini.course.assignments",
                                      description="Release and autograde the nbgrader assignments.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("release", help=f"write the student versions to {RELEASE}")

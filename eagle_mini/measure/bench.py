@@ -7,7 +7,7 @@ run*. Beside each measured speedup the bench prints the speedup the cost model p
 
     speedup ~ L / (c(N)/c(1) + draft time per cycle / t(1)),
 
-with L the mean tokens per cycle, N the tree size, c(n) the target's forward time for n new tokens
+with L = tau, the mean tokens per draft-verify cycle (bonus included, prefill not counted), N the tree size, c(n) the target's forward time for n new tokens
 (measured in the same run) and t(1) = c(1). The gap between the two is overhead outside both.
 Batch size 1.
 """
@@ -19,10 +19,13 @@ from pathlib import Path
 
 import torch
 
-from .data import load_prompts
-from .errors import EagleMiniError
+from ..training.data import load_prompts
+from ..errors import EagleMiniError
 from .auto import choose_auto_tree, predict
-from .profile import cost_curve, machine_info, results_json
+from .evaluate import pooled_tau
+from .methods import run_method
+from .profile import cost_curve
+from ..results import machine_info, results_json
 
 METHODS = ("vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2", "auto")
 
@@ -43,8 +46,7 @@ class ForwardCounter:
 
 def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, auto_tree=None):
     """One generation -> (output ids, stats); HF methods get the same stats where they exist."""
-    from .cli import run_method
-    from .decode import prepare_prompt
+    from ..decode import cycle_stats, prepare_prompt
     if method.startswith("hf-"):
         ids = prepare_prompt(target, prompt)
         kw = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
@@ -61,7 +63,7 @@ def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, aut
         counter.close()
         new = out[0, len(ids):].tolist()
         return new, {"new_tokens": len(new), "seconds": seconds, "target_forwards": counter.calls,
-                     "tau": len(new) / max(counter.calls, 1)}
+                     **cycle_stats(len(new), counter.calls)}
     tree = auto_tree if method == "auto" else None
     gen = run_method(target, head, method, prompt, max_new_tokens, tree=tree,
                      temperature=temperature, seed=seed)
@@ -137,7 +139,7 @@ def _common_prefix(a, b) -> int:
 @torch.no_grad()
 def vanilla_top2_gaps(target, prompts, vanilla_outs) -> list[float]:
     """Top-1 minus top-2 logit at every position of vanilla's outputs (one forward per prompt)."""
-    from .decode import prepare_prompt
+    from ..decode import prepare_prompt
     gaps = []
     for prompt, van in zip(prompts, vanilla_outs):
         ids = prepare_prompt(target, prompt)
@@ -157,7 +159,7 @@ def first_difference_margins(target, prompts, outs, vanilla_outs, gaps) -> dict 
     gap is no larger: if partings happen only at gaps that rare and that small, the texts part at
     near-ties (float rounding), not at a wrong acceptance. None when no prompt differs.
     """
-    from .decode import prepare_prompt
+    from ..decode import prepare_prompt
     margins = []
     for prompt, out, van in zip(prompts, outs, vanilla_outs):
         k = _common_prefix(out, van)
@@ -178,8 +180,8 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
     seconds = sum(s["seconds"] for s in stats)
     forwards = sum(s["target_forwards"] for s in stats)
     row = {"tokens_per_second": tokens / seconds, "speedup": tokens / seconds / vanilla_tps,
-           "tau": tokens / max(forwards, 1), "new_tokens": tokens, "seconds": seconds,
-           "equal_to_vanilla": None}
+           "tau": pooled_tau(stats)[0], "tokens_per_forward": tokens / max(forwards, 1),
+           "new_tokens": tokens, "seconds": seconds, "equal_to_vanilla": None}
     if temperature == 0:
         # how far from vanilla a mismatch is: whole prompts identical, and the share of tokens
         # produced before the first differing one (in bf16/fp16 a near-tie can flip between a
@@ -190,7 +192,6 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
                                    / max(sum(len(b) for b in vanilla_outs), 1))
     if "cycle_lengths" in stats[0]:
         cycles = [c for s in stats for c in s["cycle_lengths"]]
-        row["mean_cycle_length"] = sum(cycles) / max(len(cycles), 1)
         row["cycle_length_counts"] = dict(sorted(Counter(cycles).items()))
         depth = defaultdict(list)
         for s in stats:
@@ -207,9 +208,9 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
 
 
 def tree_size(method, auto_tree) -> int:
-    from .decode import METHODS as DEFAULT_TREES
-    from .draft import DynamicTree
-    from .tree import parse_tree
+    from ..decode import METHODS as DEFAULT_TREES
+    from ..draft import DynamicTree
+    from ..tree import parse_tree
     if method == "auto":
         return auto_tree.total_tokens
     spec = DEFAULT_TREES[method]
@@ -227,11 +228,12 @@ def markdown_table(result) -> str:
              f"{result['target']} {result['dtype']} on {result['device']} "
              f"({result['machine']['cpu']}, {result['machine']['threads']} threads"
              + (", prepacked weights" if result["cost_curve"].get("packed") else "") + ")", "",
-             "| method | tok/s | speedup | predicted | tau | mean cycle | draft/verify/other | = vanilla |",
+             "| method | tok/s | speedup | predicted | tau (per cycle) | tokens/forward | "
+             "draft/verify/other | = vanilla |",
              "|---|---|---|---|---|---|---|---|"]
     for m, r in result["methods"].items():
         pred = f"{r['predicted_speedup']:.2f}x" if "predicted_speedup" in r else ""
-        cyc = f"{r['mean_cycle_length']:.2f}" if "mean_cycle_length" in r else ""
+        tau = "n/a" if r["tau"] is None else f"{r['tau']:.2f}"
         split = (f"{r['draft_fraction']:.0%}/{r['verify_fraction']:.0%}/{r['other_fraction']:.0%}"
                  if "draft_fraction" in r else "")
         eq = {True: "yes", False: "NO", None: "n/a"}[r["equal_to_vanilla"]]
@@ -239,7 +241,7 @@ def markdown_table(result) -> str:
             eq += (f" ({r['identical_prompts']}/{result['n']} prompts, "
                    f"{r['prefix_agreement']:.0%} of tokens before the first difference)")
         lines.append(f"| {m} | {r['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {pred} | "
-                     f"{r['tau']:.2f} | {cyc} | {split} | {eq} |")
+                     f"{tau} | {r['tokens_per_forward']:.2f} | {split} | {eq} |")
     notes = [(m, r["first_difference"]) for m, r in result["methods"].items()
              if r.get("first_difference")]
     if notes:

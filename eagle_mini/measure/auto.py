@@ -15,7 +15,8 @@ import json
 
 import torch
 
-from .models import cache_dir
+from ..models import cache_dir
+from ..results import results_json
 
 
 def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
@@ -24,8 +25,8 @@ def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
     Each candidate is run on the calibration prompts; its tokens per cycle and draft time are
     measured, its verification cost read off this machine's cost curve.
     """
-    from .decode import generate
-    from .draft import DynamicTree
+    from ..decode import generate
+    from ..draft import DynamicTree
     candidates = [DynamicTree(n, min(n - 1, 6), min(n - 1, 4)) for n in (3, 4, 6, 8, 12, 16, 24)]
     scored = []
     for tree in candidates:
@@ -58,8 +59,8 @@ def predict(stats_list, curve, tree_size) -> float:
 
 def auto_tree(target, head, curve=None, prompts=None):
     """The cached best `DynamicTree` for (target, head, device); measured once if missing."""
-    from .data import mtbench_prompts
-    from .draft import DynamicTree
+    from ..training.data import mtbench_prompts
+    from ..draft import DynamicTree
     from .packed import is_packed
     from .profile import cost_curve
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
@@ -74,6 +75,6 @@ def auto_tree(target, head, curve=None, prompts=None):
     curve = curve or cost_curve(target, repeats=3)
     tree, scores = choose_auto_tree(target, head, curve, prompts or mtbench_prompts()[-2:])
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"tree": {"total_tokens": tree.total_tokens, "depth": tree.depth,
+    path.write_text(results_json({"tree": {"total_tokens": tree.total_tokens, "depth": tree.depth,
                                          "topk": tree.topk}, "scores": scores}, indent=2))
     return tree

@@ -24,9 +24,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
-from .errors import EagleMiniError
-from .profile import results_json
+from ..errors import EagleMiniError
+from .evaluate import pooled_tau
+from ..results import results_json
 from .uncertainty import PAPER, VARIANTS, branch_probe, error_by_entropy, make_drafter, training_rows
 
 FORMAT = "eagle_mini.uncertainty/1"
@@ -90,7 +92,7 @@ class EpochSource:
 
 def length_grouped(rows: list[dict], batch_tokens: int) -> list[list[dict]]:
     """Rows in batches of similar length, rows x longest <= batch_tokens (`features.length_batches`)."""
-    from .features import length_batches
+    from ..training.features import length_batches
     groups = length_batches([len(r["input_ids"]) for r in rows], batch_tokens)
     return [[rows[i] for i in sorted(g)] for g in groups]
 
@@ -125,10 +127,10 @@ def _epoch_rows(log_path: Path, steps_per_epoch: int) -> list[dict]:
 
 
 def train_variant(target, variant, batches, val_rows, cfg: AblationConfig, work: Path,
-                  draft_vocab=None, log=print) -> dict:
+                  draft_vocab=None, log=print, progress: bool = True) -> dict:
     """Train one head of the ablation (resumable), evaluate it after every epoch, save it."""
-    from .head import DraftHead, new_head
-    from .train import TrainConfig, evaluate_head, train_head
+    from ..head import DraftHead, new_head
+    from ..training.train import TrainConfig, evaluate_head, train_head
     aligned = [training_rows(b, variant) for b in batches]  # what this head's trainer reads
     head = new_head(target, seed=cfg.seed, draft_vocab=draft_vocab, input_mode=variant.input_mode)
     # An H-wide fc draws fewer random numbers than a 2H-wide one, which would shift the decoder
@@ -143,7 +145,8 @@ def train_variant(target, variant, batches, val_rows, cfg: AblationConfig, work:
     t0 = time.perf_counter()
     result = train_head(head, target, EpochSource(aligned, cfg.seed), work, tcfg,
                         evaluate_fn=lambda h: evaluate_head(h, val_rows, cfg.alpha_steps,
-                                                            variant.token_shift), log=log)
+                                                            variant.token_shift),
+                        log=log, progress=progress)
     head.save(work / "head", dtype=torch.float32,
               extra={"variant": variant.name, "token_shift": variant.token_shift})
     return {"label": variant.label, "reads": variant.reads, "input_mode": variant.input_mode,
@@ -155,10 +158,10 @@ def train_variant(target, variant, batches, val_rows, cfg: AblationConfig, work:
 
 
 def decode_compare(target, heads: dict, prompts, max_new_tokens: int, tree, warmup_prompt=None,
-                   log=print) -> dict:
+                   progress: bool = True) -> dict:
     """Greedy vanilla vs every head on the same prompts, interleaved (the order rotates per prompt),
     one warm-up each: tau, tokens/s and speedup over vanilla measured in this run."""
-    from .decode import generate, generate_vanilla, prepare_prompt
+    from ..decode import generate, generate_vanilla, prepare_prompt
     from .uncertainty import BY_NAME
 
     def one(name, ids, n):
@@ -173,13 +176,12 @@ def decode_compare(target, heads: dict, prompts, max_new_tokens: int, tree, warm
     for m in methods:
         one(m, warm, 4)
     rows = {m: [] for m in methods}
-    for i, ids in enumerate(ids_list):
+    for i, ids in enumerate(tqdm(ids_list, desc="decode", unit="prompt", disable=not progress)):
         for m in methods[i % len(methods):] + methods[:i % len(methods)]:
             g = one(m, ids, max_new_tokens)
             rows[m].append({"output": g.output_ids, **{k: g.stats[k] for k in
                                                        ("new_tokens", "seconds", "target_forwards")},
                             "depth": g.stats.get("acceptance_per_depth", {})})
-        log(f"decoded prompt {i + 1}/{len(ids_list)}")
     tps = {m: sum(r["new_tokens"] for r in rows[m]) / sum(r["seconds"] for r in rows[m]) for m in methods}
     out = {"prompts": len(ids_list), "max_new_tokens": max_new_tokens, "tree": str(tree),
            "methods": {}}
@@ -191,7 +193,9 @@ def decode_compare(target, heads: dict, prompts, max_new_tokens: int, tree, warm
                 depths.setdefault(int(d), []).append(a)
         out["methods"][m] = {
             "tokens_per_second": tps[m], "speedup": tps[m] / tps["vanilla"],
-            "tau": tokens / sum(r["target_forwards"] for r in rows[m]), "new_tokens": tokens,
+            "tau": pooled_tau(rows[m])[0],
+            "tokens_per_forward": tokens / sum(r["target_forwards"] for r in rows[m]),
+            "new_tokens": tokens,
             "seconds": sum(r["seconds"] for r in rows[m]),
             "equal_to_vanilla": all(a["output"] == b["output"] for a, b in zip(rows[m], rows["vanilla"])),
             "acceptance_per_depth": {d: sum(v) / len(v) for d, v in sorted(depths.items())}}
@@ -204,18 +208,20 @@ def _cached(path: Path, compute):
         t0 = time.perf_counter()
         value = {**compute(), "seconds": time.perf_counter() - t0}
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(value, indent=1))
+        tmp.write_text(results_json(value, indent=1))
         tmp.replace(path)
     return json.loads(path.read_text())
 
 
 def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationConfig, work,
-                 draft_vocab=None, warmup_prompt=None, command: str = "", log=print) -> dict:
+                 draft_vocab=None, warmup_prompt=None, command: str = "", log=print,
+                 progress: bool = True) -> dict:
     """The whole experiment on featurizable examples (`.input_ids`, `.loss_mask`) and prompts
-    (strings or id lists); every finished phase is kept in `work` and skipped on a rerun."""
-    from .features import compute_features
-    from .head import DraftHead
-    from .profile import machine_info
+    (strings or id lists); every finished phase is kept in `work` and skipped on a rerun.
+    progress: bars for the features, each head's training and the decoding."""
+    from ..training.features import compute_features
+    from ..head import DraftHead
+    from ..results import machine_info
     t_start = time.perf_counter()
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
@@ -226,12 +232,17 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
     if ident_path.exists() and json.loads(ident_path.read_text()) != identity:
         raise EagleMiniError(f"{work} holds another run of this experiment (config.json differs); "
                              "use another --work directory or delete it")
-    ident_path.write_text(json.dumps(identity, indent=1))
+    ident_path.write_text(results_json(identity, indent=1))
     val = []  # validation features, computed on first use
+
+    def features(examples, desc):
+        with tqdm(total=sum(len(e.input_ids) for e in examples), desc=desc, unit="tok",
+                  unit_scale=True, disable=not progress) as bar:
+            return compute_features(target, examples, progress=bar)
 
     def val_rows():
         if not val:
-            val.append(compute_features(target, val_examples))
+            val.append(features(val_examples, "features validation"))
         return val[0]
     done = {v.name: work / v.name / "result.json" for v in VARIANTS}
     batches, features_seconds = None, 0.0
@@ -240,7 +251,7 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
         if not done[v.name].exists():
             if batches is None:
                 t0 = time.perf_counter()
-                train_rows = compute_features(target, train_examples)
+                train_rows = features(train_examples, "features train")
                 features_seconds = time.perf_counter() - t0
                 tokens = sum(len(r["input_ids"]) for r in train_rows)
                 log(f"features of {len(train_rows)} training conversations ({tokens:,} tokens) in "
@@ -250,13 +261,13 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
         else:
             log(f"--- {v.label}: finished earlier, kept ({done[v.name]})")
         variants[v.name] = _cached(done[v.name], lambda v=v: train_variant(
-            target, v, batches, val_rows(), cfg, work / v.name, draft_vocab, log))
+            target, v, batches, val_rows(), cfg, work / v.name, draft_vocab, log, progress))
         last = variants[v.name]["epochs"][-1]
         log(f"    {v.label}: val top-1 {last['top1']:.3f}, 1-alpha {last['alpha'][1]:.3f}; "
             f"{(time.perf_counter() - t_start) / 60:.1f} min into this session")
     heads = {v.name: DraftHead.load(work / v.name / "head", target).eval() for v in VARIANTS}
     decode = _cached(work / "decode.json", lambda: decode_compare(
-        target, heads, prompts, cfg.max_new_tokens, cfg.tree, warmup_prompt, log))
+        target, heads, prompts, cfg.max_new_tokens, cfg.tree, warmup_prompt, progress))
     probe = _cached(work / "probe.json", lambda: {
         "branches": branch_probe(target, heads, val_rows(), cfg.min_p, cfg.contexts),
         "entropy": error_by_entropy(target, heads, val_rows(), cfg.entropy_bins, cfg.analysis_tokens)})
@@ -291,8 +302,8 @@ def sharegpt_inputs(target, cfg: AblationConfig) -> dict:
     """`run_ablation`'s data for a chat target: ShareGPT train and validation conversations up to
     the configured token counts, the first MT-bench prompts, the draft vocabulary (the most
     frequent assistant tokens) and a warm-up prompt that is never measured."""
-    from .data import iter_conversations, mtbench_prompts, read_sharegpt
-    from .recipes import frequent_tokens
+    from ..training.data import iter_conversations, mtbench_prompts, read_sharegpt
+    from ..training.commands import frequent_tokens
     data = read_sharegpt()
 
     def split(name, n_tokens):

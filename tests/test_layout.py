@@ -1,0 +1,112 @@
+"""The package's shape: the algorithm on top, no import circles, a short public API.
+
+The circle check reads every `import` statement of the package with `ast`, those inside functions
+included (a lazy import hides a circle from Python but not from a reader), and looks for a cycle
+in the module graph.
+"""
+import ast
+import pathlib
+
+import eagle_mini
+
+PACKAGE = pathlib.Path(eagle_mini.__file__).parent
+ALGORITHM = ["target", "head", "tree", "draft", "sampling", "verify", "decode"]
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, pathlib.Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(name: str, path: pathlib.Path, known) -> set[str]:
+    """Package modules that module `name` imports anywhere in its file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(base + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:   # `from . import x` imports the module x
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else base)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imported(name, path, known) for name, path in known.items()}
+
+
+def find_cycle(graph):
+    """One import circle as a list of modules, or None."""
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                return stack[stack.index(n):] + [n]
+            if n not in state:
+                cycle = visit(n)
+                if cycle:
+                    return cycle
+        state[m] = "done"
+        stack.pop()
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            cycle = visit(m)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_checker_finds_a_planted_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_graph_sees_relative_and_lazy_imports():
+    graph = import_graph()
+    assert "eagle_mini.verify" in graph["eagle_mini.decode"]             # from .verify import
+    assert "eagle_mini.decode" in graph["eagle_mini.measure.methods"]    # from ..decode import
+    assert "eagle_mini.training.data" in graph["eagle_mini.measure.bench"]
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    assert find_cycle(import_graph()) is None
+
+
+def test_the_algorithm_never_imports_training_measurement_or_course_code():
+    graph = import_graph()
+    for name in ALGORITHM:
+        outside = {m for m in graph[f"eagle_mini.{name}"]
+                   if m.startswith(("eagle_mini.training", "eagle_mini.measure", "eagle_mini.course"))}
+        assert not outside, f"eagle_mini.{name} imports {outside}"
+
+
+def test_the_cli_defines_no_decoding_helper():
+    tree = ast.parse((PACKAGE / "cli.py").read_text())
+    calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+             for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert not calls & {"forward", "generate", "generate_vanilla", "draft", "verify_greedy"}
+    assert not any(isinstance(n, ast.FunctionDef) and n.name == "run_method" for n in tree.body)
+
+
+def test_public_api_is_short_and_complete():
+    for name in ("load_target", "default_head", "generate", "generate_vanilla", "DynamicTree",
+                 "EagleDecoder", "EagleMiniError"):
+        assert name in eagle_mini.__all__ and hasattr(eagle_mini, name)
+    assert len(eagle_mini.__all__) <= 15
