@@ -8,7 +8,6 @@ from eagle_mini.measure.eagle3 import (FusedHead, evaluate, feature_layers, head
                                new_fused_head, ttt_loss)
 from eagle_mini.training.features import compute_features
 from eagle_mini.head import new_head
-from eagle_mini.training.train import eagle_loss
 
 
 def make_examples(n=3, length=20, vocab=64, seed=0):
@@ -68,16 +67,51 @@ def test_fused_head_starts_like_an_eagle1_head_and_ignores_layer_scale(tiny):
     assert torch.equal(head_inputs(plain, rows[0]["features"]), rows[0]["features"])
 
 
-def test_one_step_ttt_loss_is_eagle1s_token_loss(tiny):
-    """With one step, the TTT loss is the soft CE part of `eagle_loss` (no noise)."""
+@torch.no_grad()
+def ttt_loss_by_hand(head, inputs, features, input_ids, loss_mask, steps, decay):
+    """TTT loss from its definition, one draft chain at a time through the head's KV cache: the
+    chain started at entry j reads the true (fused) inputs 0..j, then its own predictions; its step
+    k predicts f_{j+k+1} and is scored by soft CE against softmax(lm_head(f_{j+k+1})) where the
+    token t_{j+k+1} is an assistant token. CE_k averages step k over such chains; the loss is
+    sum_k decay^k CE_k. -> (loss, [CE_k], [top1_k])."""
+    x = head.fuse_layers(inputs) if isinstance(head, FusedHead) else inputs.float()
+    f, t, w = features.float(), input_ids, loss_mask
+    lm = head._shared["lm_head"]
+    ce, hits, count = [0.0] * steps, [0] * steps, [0] * steps
+    for j in range(len(t) - 1):
+        cache = head.new_cache()
+        p = head(x[None, :j + 1], t[None, 1:j + 2], cache=cache)[0, -1]
+        for k in range(steps):
+            e = j + k  # the entry this step sits at; it predicts f_{e+1}
+            if e + 1 >= len(t):
+                break
+            if k > 0:
+                p = head(p[None, None], t[None, e + 1:e + 2], cache=cache)[0, -1]
+            if not w[e + 1]:
+                continue
+            target_logits = f[e + 1] @ lm.T
+            draft_logits = p @ lm.T
+            ce[k] += -(target_logits.softmax(-1) * draft_logits.log_softmax(-1)).sum().item()
+            hits[k] += int(draft_logits.argmax() == target_logits.argmax())
+            count[k] += 1
+    ce = [c / n for c, n in zip(ce, count)]
+    return sum(decay ** k * c for k, c in enumerate(ce)), ce, [h / n for h, n in zip(hits, count)]
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "fused"])
+def test_ttt_loss_equals_the_loss_of_hand_run_draft_chains(tiny, kind):
+    """Every unrolled step's CE and top-1, and their 0.8^k-weighted sum, equal those of draft
+    chains run one by one through the head's cache, as decoding runs them."""
     target, rows = tiny
-    head = new_head(target, seed=1)
-    for row in rows:
-        loss, parts = ttt_loss(head, *batch(row), steps=1)
-        _, ref = eagle_loss(head, row["features"][None], row["input_ids"][None],
-                            row["loss_mask"][None], noise=0.0)
-        assert loss.item() == pytest.approx(ref["cls"], rel=1e-5)
-        assert parts["top1"][0] == pytest.approx(ref["top1"], rel=1e-6)
+    head = new_head(target, seed=1) if kind == "eagle1" else new_fused_head(target, seed=2)
+    key = "features" if kind == "eagle1" else "layers"
+    for row in rows[:2]:
+        loss, parts = ttt_loss(head, *batch(row, key), steps=3, decay=0.8)
+        ref, ce, top1 = ttt_loss_by_hand(head, row[key], row["features"], row["input_ids"],
+                                         row["loss_mask"], steps=3, decay=0.8)
+        assert parts["ce"] == pytest.approx(ce, rel=1e-4)
+        assert parts["top1"] == pytest.approx(top1, abs=1e-9)
+        assert loss.item() == pytest.approx(ref, rel=1e-4)
 
 
 def test_ttt_loss_weights_step_k_by_decay_to_the_k(tiny):

@@ -87,7 +87,14 @@ def test_official_checkpoint_loads_generates_exports_and_reloads_identically(lla
     src = write_official_by_hand(head, llama, tmp_path / "released")
     loaded = load_head(src, llama)  # no model.safetensors: the official loader is used
     assert loaded.meta["format"] == "eagle-1" and loaded.fc.bias is not None
-    # Greedy output is the target's whatever the head; the draft confidences are the head's own.
+    # The same head, weight for weight (fp32 in, fp32 out: exact) ...
+    assert loaded.state_dict().keys() == head.state_dict().keys()
+    for k, v in head.state_dict().items():
+        got = loaded.state_dict()[k]
+        assert got.dtype == v.dtype == torch.float32 and torch.equal(got, v), k
+    # ... drafting the same distributions on the same input (greedy output alone would not tell:
+    # it is the target's whatever the head) ...
+    assert_same_draft_logits(loaded, head, llama)
     ref = generate(llama, head, PROMPT, max_new_tokens=12, tree="eagle")
     got = generate(llama, loaded, PROMPT, max_new_tokens=12, tree="eagle")
     assert got.output_ids == ref.output_ids
@@ -99,9 +106,19 @@ def test_official_checkpoint_loads_generates_exports_and_reloads_identically(lla
     assert written.keys() == original.keys()
     assert all(torch.equal(written[k], original[k]) for k in original)
     again = load_official(out, llama)
-    assert again.state_dict().keys() == loaded.state_dict().keys()
-    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(),
-                                                   loaded.state_dict().values()))
+    assert again.state_dict().keys() == head.state_dict().keys()
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in head.state_dict().items())
+    assert_same_draft_logits(again, head, llama)
+
+
+@torch.no_grad()
+def assert_same_draft_logits(got, want, target):
+    """Both heads' draft logits at every position of the prompt, read with its true features."""
+    step = target.forward(PROMPT, target.new_cache())
+    tokens = torch.tensor(PROMPT[1:] + [int(step.logits[-1].argmax())])[None]
+    a, b = (h.draft_logits(h(step.features[None], tokens)[0]) for h in (got, want))
+    assert a.shape == (len(PROMPT), target.vocab_size) and b.std() > 1e-3  # not trivially flat
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
 def test_official_checkpoint_loads_without_a_target_from_its_own_config(llama, tmp_path):

@@ -263,7 +263,7 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
         variants[v.name] = _cached(done[v.name], lambda v=v: train_variant(
             target, v, batches, val_rows(), cfg, work / v.name, draft_vocab, log, progress))
         last = variants[v.name]["epochs"][-1]
-        log(f"    {v.label}: val top-1 {last['top1']:.3f}, 1-alpha {last['alpha'][1]:.3f}; "
+        log(f"    {v.label}: val top-1 {last['top1']:.3f}, 1-alpha {number(last['alpha'][1]):.3f}; "
             f"{(time.perf_counter() - t_start) / 60:.1f} min into this session")
     heads = {v.name: DraftHead.load(work / v.name / "head", target).eval() for v in VARIANTS}
     decode = _cached(work / "decode.json", lambda: decode_compare(
@@ -343,9 +343,16 @@ def summary_table(result: dict) -> str:
         p = result["paper"][name]
         paper = f"{p['speedup']}x / {p['accuracy']}" if "speedup" in p else p["note"]
         d = v.get("decode", {})
-        lines.append(f"| {v['label']} | {v['fc_in']} | {last['top1']:.3f} | {last['alpha'][1]:.3f} | "
-                     f"{d.get('tau', float('nan')):.2f} | {d.get('speedup', float('nan')):.2f}x | {paper} |")
+        lines.append(f"| {v['label']} | {v['fc_in']} | {last['top1']:.3f} | "
+                     f"{number(last['alpha'][1]):.3f} | {number(d.get('tau')):.2f} | "
+                     f"{number(d.get('speedup')):.2f}x | {paper} |")
     return "\n".join(lines)
+
+
+def number(x) -> float:
+    """A rate read back from JSON: null (nothing to count, NaN when it was computed) is NaN again,
+    so comparisons are False and formatting prints nan."""
+    return float("nan") if x is None else x
 
 
 def paper_checks(result: dict, near: float = 0.1) -> list[dict]:
@@ -360,10 +367,10 @@ def paper_checks(result: dict, near: float = 0.1) -> list[dict]:
     import math
     v = result["variants"]
     last = {n: v[n]["epochs"][-1] for n in v}
-    top1 = {n: last[n]["top1"] for n in v}
-    alpha1 = {n: last[n]["alpha"][1] for n in v}
-    tau = {n: v[n].get("decode", {}).get("tau", float("nan")) for n in v}
-    speed = {n: v[n].get("decode", {}).get("speedup", float("nan")) for n in v}
+    top1 = {n: number(last[n]["top1"]) for n in v}
+    alpha1 = {n: number(last[n]["alpha"][1]) for n in v}
+    tau = {n: number(v[n].get("decode", {}).get("tau")) for n in v}
+    speed = {n: number(v[n].get("decode", {}).get("speedup")) for n in v}
     order = ("token", "feature", "shifted")
 
     def z(k, lo, hi):   # (hi - lo) / standard error, k-alpha of two heads

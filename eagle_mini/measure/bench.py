@@ -90,7 +90,7 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
         dataset, calibration = "custom", prompts[:1]
     prefix = min(200, target.context_length // 4)
     curve = cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), repeats=curve_repeats,
-                       prefix_len=prefix)
+                       prefix_len=prefix, progress=progress)
     auto_tree, auto_scores = None, None
     if "auto" in methods:
         auto_tree, auto_scores = choose_auto_tree(target, head, curve, calibration)
