@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # One GPU, one prepared run: the figures the course shows for a GPU.
+#   0. the lossless-sampling tests (exact enumeration, chi-square) with every draw on the GPU;
 #   1. the embedded target's verification cost curve on the GPU (fp32, as on the CPU);
 #   2. the cost curve and draft-head cost of a random-weight Vicuna-7B-shaped model in bf16
 #      (built directly on the GPU: no download), for the projected 7B speedup of notebook 06;
@@ -12,6 +13,8 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-data/results/gpu}
 mkdir -p "$OUT"
+EAGLE_MINI_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider tests/test_lossless_sampling.py \
+    tests/test_device.py 2>&1 | tee "$OUT/sampling_tests_cuda.txt"
 "$PY" -m eagle_mini profile-target --device cuda --dtype fp32 --max-n 128 \
     --out "$OUT/cost_curve_smollm2-135m_cuda.json"
 "$PY" -m eagle_mini profile-target --model random:vicuna-7b --device cuda --dtype bf16 \

@@ -1,7 +1,7 @@
 """Where a streamed training step spends its time, and what bf16 costs in feature fidelity.
 
 On the same batches of train conversations (from the shipped head's `next_train_record`):
-featurizing with the fp32 target vs a bf16 copy (`recipes.featurizer`): tokens/s, mean and max
+featurizing with the fp32 target vs a bf16 copy (`training.commands.featurizer`): tokens/s, mean and max
 |f_bf16 - f_fp32|, and how often the two features give the same argmax token (assistant tokens);
 then one forward + backward of the shipped head's loss (`train.eagle_loss`) in fp32, under bf16
 autocast, and unrolled 3 steps (`--unroll 3`) in both.

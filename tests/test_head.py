@@ -272,7 +272,7 @@ def test_official_checkpoint_with_a_missing_key_names_it(llama, tmp_path):
     bad = write_official_by_hand(new_head(llama), llama, tmp_path / "bad",
                                  drop=["layers.0.mlp.down_proj.weight"])
     with pytest.raises(EagleMiniError, match="missing .*layers.0.mlp.down_proj.weight"):
-        DraftHead.load(bad, llama)
+        load_head(bad, llama)
 
 
 def test_config_bias_false_with_an_fc_bias_in_the_file_is_an_unexpected_key(llama, tmp_path):

@@ -26,7 +26,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from scipy.stats import chisquare
 
-import eagle_mini.verify
+import eagle_mini.decode
 from eagle_mini.decode import generate
 from eagle_mini.draft import Draft, Drafter, DynamicTree
 from eagle_mini.head import new_head
@@ -316,7 +316,8 @@ def eagle_samples(world, head, tree, warp_name, drafter_cls=None):
     tokens, first_cycle = [], []
     for seed in range(SAMPLES):
         drafter = drafter_cls(head, tree, temperature, top_p) if drafter_cls else None
-        gen = generate(world["target"], head, PROMPT, max_new_tokens=4, temperature=temperature,
+        # 5 new tokens: the first cycle (after the prefill's token) can keep 3 drafts + its bonus
+        gen = generate(world["target"], head, PROMPT, max_new_tokens=5, temperature=temperature,
                        top_p=top_p, tree=tree, seed=seed, drafter=drafter)
         tokens.append(gen.output_ids[1:4])
         first_cycle.append(gen.stats["cycle_lengths"][0])
@@ -363,8 +364,8 @@ class TopKChildrenWithQ(Drafter):
     ids=["accept-every-draft", "tried-token-stays-in-q", "pq-rule-on-topk-children"])
 def test_broken_verification_is_detected(world, monkeypatch, broken_rule, drafter_cls, head):
     """Same harness, same sample size, a broken rule: the chi-square test rejects (p < 1e-6)."""
-    # generate imports its rules from eagle_mini.verify at each call
-    monkeypatch.setattr(eagle_mini.verify, "SampledTreeRule", broken_rule)
+    # the decoder picks its rule by the name eagle_mini.decode imported
+    monkeypatch.setattr(eagle_mini.decode, "SampledTreeRule", broken_rule)
     tokens, _ = eagle_samples(world, head, EAGLE1_TREE, "T=1", drafter_cls)
     pvalue = chi_square_pvalue(tokens, world["laws"]["T=1"])
     print(f"p = {pvalue:.3g}")

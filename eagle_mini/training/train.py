@@ -18,7 +18,7 @@ exactly. `accelerate` makes the same code run on a CPU, one GPU or `accelerate l
 
 Options, all off by default: `unroll` adds EAGLE-3's training-time test to the EAGLE-1 loss
 (`eagle_loss`); `mixed_precision="bf16"` runs the head's forward and backward under autocast;
-`feature_dtype` (streaming, `recipes.featurizer`) makes features with a copy of the target in bf16.
+`feature_dtype` (streaming, `commands.featurizer`) makes features with a copy of the target in bf16.
 """
 import json
 import math
