@@ -1,4 +1,4 @@
-"""`tree="auto"`: size the draft tree for the machine at hand (EAGLE-2 §4, automatic mode).
+"""`--method auto`: size the draft tree for the machine at hand (EAGLE-2 §4, automatic mode).
 
 A bigger tree raises the tokens accepted per cycle L but costs more to verify. On a GPU at batch 1
 verifying 60 tokens costs about as much as 1; on a small CPU the cost c(n) grows early (see
@@ -15,8 +15,13 @@ import json
 
 import torch
 
+from ..decode import generate
+from ..draft import DynamicTree
 from ..models import cache_dir
 from ..results import results_json
+from ..training.data import mtbench_prompts
+from .packed import is_packed
+from .profile import cost_curve
 
 
 def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
@@ -25,8 +30,6 @@ def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
     Each candidate is run on the calibration prompts; its tokens per cycle and draft time are
     measured, its verification cost read off this machine's cost curve.
     """
-    from ..decode import generate
-    from ..draft import DynamicTree
     candidates = [DynamicTree(n, min(n - 1, 6), min(n - 1, 4)) for n in (3, 4, 6, 8, 12, 16, 24)]
     scored = []
     for tree in candidates:
@@ -59,10 +62,6 @@ def predict(stats_list, curve, tree_size) -> float:
 
 def auto_tree(target, head, curve=None, prompts=None):
     """The cached best `DynamicTree` for (target, head, device); measured once if missing."""
-    from ..training.data import mtbench_prompts
-    from ..draft import DynamicTree
-    from .packed import is_packed
-    from .profile import cost_curve
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
     kernels = "packed" if is_packed(target.model) else "stock"
