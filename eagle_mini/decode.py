@@ -150,6 +150,7 @@ class EagleDecoder:
     object offering `extend`, `draft`, `sampled`, `generator` and `head_forwards`.
     """
 
+    @torch.no_grad()
     def __init__(self, target, head, prompt, tree="eagle2", temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = 0, drafter=None):
         self.target, self.cfg = target, SamplingConfig(temperature, top_p, top_k)
@@ -169,6 +170,7 @@ class EagleDecoder:
         self.output_ids = [self.root]
         self.target_forwards = 1
 
+    @torch.no_grad()
     def draft(self) -> Draft:
         """The head's draft tree under the current root (EAGLE §3.2 static, EAGLE-2 §4 dynamic)."""
         return self.drafter.draft(self.root)
@@ -177,6 +179,7 @@ class EagleDecoder:
         """Whether the tree fits the target's context after the cached prefix."""
         return self.cache.get_seq_length() + draft.tree.num_nodes <= self.target.context_length
 
+    @torch.no_grad()
     def verify(self, draft: Draft) -> Verified:
         """Score every node in one tree-masked target forward and walk the tree (EAGLE §3.3)."""
         prefix = self.cache.get_seq_length()
@@ -190,14 +193,17 @@ class EagleDecoder:
             path, bonus = verify_sampling(draft, p, self.rule, generator=self.generator)
         return Verified(draft, path, bonus, step.features, step.logits, prefix)
 
+    @torch.no_grad()
     def compact(self, verified: Verified) -> None:
         """Keep the prefix and the accepted path's cache entries (EAGLE §3.3)."""
         keep_cache_entries(self.cache, verified.prefix, verified.path)
 
+    @torch.no_grad()
     def extend_head(self, verified: Verified) -> None:
         """Re-run the head over the accepted tokens with the target's true features."""
         self.drafter.extend(verified.features[verified.path], verified.new_tokens)
 
+    @torch.no_grad()
     def accept(self, verified: Verified) -> list[int]:
         """Compact both caches to the accepted path; the bonus becomes the next root."""
         self.compact(verified)

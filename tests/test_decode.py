@@ -55,3 +55,24 @@ def test_bad_input_gives_clear_errors():
         generate_vanilla(target, list(range(20)), 4)
     gen = generate_vanilla(target, list(range(10)), 50)
     assert gen.stats["stop"] == "context" and len(gen.prompt_ids) + gen.stats["new_tokens"] == 16
+
+
+@pytest.mark.parametrize("tree, temperature", [("eagle2", 0.0), ("eagle1", 1.0), ("chain:3", 0.7)])
+def test_stepping_the_decoder_is_generate(tree, temperature):
+    """`EagleDecoder` one cycle at a time (draft -> verify -> accept) writes `generate`'s tokens,
+    one target forward per cycle after the prefill, and records no autograd graph."""
+    from eagle_mini import EagleDecoder, generate
+    from eagle_mini.head import new_head
+    target = tiny_target("llama", seed=0, vocab_size=64)
+    head = new_head(target, seed=1)
+    gen = generate(target, head, [1, 2, 3], 20, temperature=temperature, tree=tree, seed=5)
+    dec = EagleDecoder(target, head, [1, 2, 3], tree=tree, temperature=temperature, seed=5)
+    cycles = []
+    while len(dec.output_ids) < 20:
+        verified = dec.verify(dec.draft())
+        assert not verified.logits.requires_grad and verified.new_tokens[-1] == verified.bonus
+        cycles.append(len(dec.accept(verified)))
+        assert dec.root == verified.bonus
+    assert dec.output_ids[:20] == gen.output_ids
+    assert dec.target_forwards == 1 + len(cycles) == gen.stats["target_forwards"]
+    assert cycles[:-1] == gen.stats["cycle_lengths"][:-1]   # the last one is cut at 20 tokens
