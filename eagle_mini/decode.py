@@ -169,11 +169,15 @@ class EagleDecoder:
         self.drafter.extend(step.features, self.prompt_ids[1:] + [self.root])
         self.output_ids = [self.root]
         self.target_forwards = 1
+        self.seconds = {"draft": 0.0, "verify": 0.0}  # cycles only: drafting + head re-runs, verifying
 
     @torch.no_grad()
     def draft(self) -> Draft:
         """The head's draft tree under the current root (EAGLE §3.2 static, EAGLE-2 §4 dynamic)."""
-        return self.drafter.draft(self.root)
+        start = time.perf_counter()
+        draft = self.drafter.draft(self.root)
+        self.seconds["draft"] += time.perf_counter() - start
+        return draft
 
     def fits(self, draft: Draft) -> bool:
         """Whether the tree fits the target's context after the cached prefix."""
@@ -182,6 +186,7 @@ class EagleDecoder:
     @torch.no_grad()
     def verify(self, draft: Draft) -> Verified:
         """Score every node in one tree-masked target forward and walk the tree (EAGLE §3.3)."""
+        start = time.perf_counter()
         prefix = self.cache.get_seq_length()
         step = self.target.forward(draft.tokens, self.cache, positions=draft.tree.positions(prefix),
                                    tree_mask=draft.tree.mask)
@@ -191,23 +196,19 @@ class EagleDecoder:
         else:
             p = warp(step.logits, self.cfg.temperature, self.cfg.top_p, self.cfg.top_k)
             path, bonus = verify_sampling(draft, p, self.rule, generator=self.generator)
+        self.seconds["verify"] += time.perf_counter() - start
         return Verified(draft, path, bonus, step.features, step.logits, prefix)
 
     @torch.no_grad()
-    def compact(self, verified: Verified) -> None:
-        """Keep the prefix and the accepted path's cache entries (EAGLE §3.3)."""
-        keep_cache_entries(self.cache, verified.prefix, verified.path)
-
-    @torch.no_grad()
-    def extend_head(self, verified: Verified) -> None:
-        """Re-run the head over the accepted tokens with the target's true features."""
-        self.drafter.extend(verified.features[verified.path], verified.new_tokens)
-
-    @torch.no_grad()
     def accept(self, verified: Verified) -> list[int]:
-        """Compact both caches to the accepted path; the bonus becomes the next root."""
-        self.compact(verified)
-        self.extend_head(verified)
+        """Keep the prefix and the accepted path's target cache entries, re-run the head over the
+        accepted tokens with the target's true features (EAGLE §3.3); the bonus is the next root."""
+        start = time.perf_counter()
+        keep_cache_entries(self.cache, verified.prefix, verified.path)
+        compacted = time.perf_counter()
+        self.drafter.extend(verified.features[verified.path], verified.new_tokens)
+        self.seconds["verify"] += compacted - start
+        self.seconds["draft"] += time.perf_counter() - compacted
         new = verified.new_tokens
         self.output_ids += new
         self.root = verified.bonus
@@ -224,9 +225,7 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
     exactly like it when sampling. `tree` and `drafter` as in `EagleDecoder`.
     """
     check_max_new_tokens(max_new_tokens)
-    timer = {"draft": 0.0, "verify": 0.0}
-    clock = time.perf_counter
-    start = clock()
+    start = time.perf_counter()
     dec = EagleDecoder(target, head, prompt, tree, temperature, top_p, top_k, seed, drafter)
     eos = target.eos_token_ids
     out, cycles, depth_tries, depth_hits, confidence = [dec.root], [], {}, {}, []
@@ -234,21 +233,12 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
     if streamer is not None:
         streamer([dec.root])
     while stop != "eos" and len(out) < max_new_tokens:
-        t = clock()
         draft = dec.draft()
-        timer["draft"] += clock() - t
         if not dec.fits(draft):
             stop = "context"
             break
-        t = clock()
         checked = dec.verify(draft)
-        dec.compact(checked)
-        timer["verify"] += clock() - t
-        t = clock()
-        dec.extend_head(checked)
-        timer["draft"] += clock() - t
-        dec.root = checked.bonus
-        new = checked.new_tokens
+        new = dec.accept(checked)
         for i, token in enumerate(new):  # a cycle cut by EOS or max_new_tokens keeps its prefix
             if token in eos or len(out) + i + 1 >= max_new_tokens:
                 new = new[:i + 1]
@@ -262,8 +252,8 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
         if len(dec.prompt_ids) + len(out) >= target.context_length:
             stop = "context"
             break
-    seconds = clock() - start
-    forwards = dec.target_forwards
+    seconds = time.perf_counter() - start
+    forwards, timer = dec.target_forwards, dec.seconds
     return Generation(dec.prompt_ids, out, target.decode(out), stats={
         "method": "eagle", "tree": str(dec.tree), "new_tokens": len(out), "seconds": seconds,
         "tokens_per_second": len(out) / seconds, "target_forwards": forwards,
