@@ -186,7 +186,8 @@ def build_parser() -> Parser:
     x.add_argument("name", choices=["uncertainty"])
     add_target_args(x)
     x.add_argument("--size", default="full", choices=["tiny", "ci", "full"],
-                   help="tiny: smoke run; ci: notebook 02's live run; full: ~1 h on 2 CPU threads")
+                   help="tiny: smoke run; ci: notebook 02's live run; full: 3 seeds, a few hours "
+                        "on 2 CPU threads, resumable across sittings")
     x.add_argument("--out", default="data/results/uncertainty.json")
     x.add_argument("--work", default=None, help="checkpoints and finished parts "
                                                 "(default runs/uncertainty_<size>)")
@@ -194,7 +195,8 @@ def build_parser() -> Parser:
                        ("--max-len", positive_int), ("--epochs", positive_int),
                        ("--batch-tokens", positive_int), ("--lr", float), ("--draft-vocab", int),
                        ("--prompts", positive_int), ("--max-new-tokens", positive_int),
-                       ("--tree", str), ("--contexts", positive_int), ("--seed", int)):
+                       ("--tree", str), ("--contexts", positive_int), ("--seed", int),
+                       ("--seeds", positive_int), ("--mixed-precision", str)):
         x.add_argument(flag, type=kind, default=None, help="overrides the size's value")
     return parser
 

@@ -31,7 +31,7 @@ from .evaluate import pooled_tau
 from ..results import results_json
 from .uncertainty import PAPER, VARIANTS, branch_probe, error_by_entropy, make_drafter, training_rows
 
-FORMAT = "eagle_mini.uncertainty/1"
+FORMAT = "eagle_mini.uncertainty/2"  # /2: seeds, per-conversation and per-prompt counts
 
 
 @dataclass(frozen=True)
@@ -46,27 +46,31 @@ class AblationConfig:
     draft_vocab: int = 8192        # 0: the full vocabulary
     vocab_conversations: int = 1000
     alpha_steps: int = 2           # 0-alpha and 1-alpha
-    prompts: int = 8               # MT-bench prompts decoded at the end
+    prompts: int = 80              # MT-bench first turns decoded for tau (fewer: spread over categories)
     max_new_tokens: int = 64
     tree: str = "eagle2"           # generate's default tree; a decode.METHODS name or a static spec
     contexts: int = 300            # branch probe
     min_p: float = 0.2
     analysis_tokens: int = 16_000  # error vs entropy
     entropy_bins: int = 6
-    seed: int = 0
+    seed: int = 0                  # the first seed; seed + 1, ... follow
+    seeds: int = 3                 # training seeds per variant (initialization, data order, noise)
+    mixed_precision: str = "bf16"  # the heads' forward/backward under autocast (train.TrainConfig)
 
 
-# `full` is sized for ~60-70 min on 2 idle CPU threads (SmolLM2-135M, fp32), estimated from
-# features at ~650-750 tok/s and head training at ~2,500 tok/s: ~9 min of features (336k tokens),
-# ~50 min of training (4 heads x 6 epochs x 320k tokens), ~5 min of validation, ~3 min of
-# decoding, ~1 min of probes. `ci` is notebook 02's live run; `tiny` a smoke test on the real target.
+# `full` is sized for a few hours on 2 CPU threads, spread over sittings (SmolLM2-135M): ~5-9 min
+# of features (336k tokens, kept on disk in the work directory), per seed ~40 min of training
+# (4 heads x 6 epochs x 320k tokens) and ~4 x 6 min of decoding 80 prompts for tau, ~1 min of
+# probes. `ci` is notebook 02's live run; `tiny` a smoke test on the real target.
 SIZES = {
     "tiny": AblationConfig(train_tokens=1_000, val_tokens=500, max_len=256, epochs=1,
                            batch_tokens=1024, warmup=2, vocab_conversations=20, prompts=1,
-                           max_new_tokens=8, contexts=20, analysis_tokens=500, entropy_bins=3),
+                           max_new_tokens=8, contexts=20, analysis_tokens=500, entropy_bins=3,
+                           seeds=1, mixed_precision="no"),
     "ci": AblationConfig(train_tokens=2_000, val_tokens=800, max_len=256, epochs=2,
                          batch_tokens=1024, warmup=2, vocab_conversations=20, prompts=1,
-                         max_new_tokens=12, contexts=30, analysis_tokens=800, entropy_bins=4),
+                         max_new_tokens=12, contexts=30, analysis_tokens=800, entropy_bins=4,
+                         seeds=2, mixed_precision="no"),
     "full": AblationConfig(),
 }
 
@@ -82,7 +86,8 @@ class EpochSource:
 
     def take(self, batch_tokens: int = 0) -> list[dict]:
         epoch, k = divmod(self.cursor, len(self.batches))
-        order = torch.randperm(len(self.batches), generator=torch.Generator().manual_seed(self.seed + epoch))
+        g = torch.Generator().manual_seed(1_000_003 * self.seed + epoch)  # seeds never share orders
+        order = torch.randperm(len(self.batches), generator=g)
         self.cursor += 1
         return self.batches[int(order[k])]
 
@@ -126,80 +131,56 @@ def _epoch_rows(log_path: Path, steps_per_epoch: int) -> list[dict]:
     return out
 
 
-def train_variant(target, variant, batches, val_rows, cfg: AblationConfig, work: Path,
+def train_variant(target, variant, batches, val_rows, cfg: AblationConfig, work: Path, seed: int,
                   draft_vocab=None, log=print, progress: bool = True) -> dict:
-    """Train one head of the ablation (resumable), evaluate it after every epoch, save it."""
+    """Train one head of the ablation with one seed (resumable), evaluate it after every epoch and
+    per validation conversation at the end, save it."""
     from ..head import DraftHead, new_head
-    from ..training.train import TrainConfig, evaluate_head, train_head
+    from ..training.train import TrainConfig, acceptance_counts, evaluate_head, train_head
     aligned = [training_rows(b, variant) for b in batches]  # what this head's trainer reads
-    head = new_head(target, seed=cfg.seed, draft_vocab=draft_vocab, input_mode=variant.input_mode)
+    head = new_head(target, seed=seed, draft_vocab=draft_vocab, input_mode=variant.input_mode)
     # An H-wide fc draws fewer random numbers than a 2H-wide one, which would shift the decoder
     # layer's initialization: give all four the layer of one reference head.
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(seed)
     reference = DraftHead(target.config, input_mode="feature+token")
     head.layers.load_state_dict(reference.layers.state_dict())
     steps = cfg.epochs * len(batches)
     tcfg = TrainConfig(lr=cfg.lr, steps=steps, warmup_steps=cfg.warmup, batch_tokens=cfg.batch_tokens,
-                       max_len=cfg.max_len, seed=cfg.seed, eval_every=len(batches),
+                       max_len=cfg.max_len, seed=seed, eval_every=len(batches),
+                       mixed_precision=cfg.mixed_precision,
                        log_every=max(1, len(batches) // 4), ckpt_every=max(10, len(batches) // 2))
     t0 = time.perf_counter()
-    result = train_head(head, target, EpochSource(aligned, cfg.seed), work, tcfg,
+    result = train_head(head, target, EpochSource(aligned, seed), work, tcfg,
                         evaluate_fn=lambda h: evaluate_head(h, val_rows, cfg.alpha_steps,
                                                             variant.token_shift),
                         log=log, progress=progress)
     head.save(work / "head", dtype=torch.float32,
-              extra={"variant": variant.name, "token_shift": variant.token_shift})
-    return {"label": variant.label, "reads": variant.reads, "input_mode": variant.input_mode,
-            "token_shift": variant.token_shift, "fc_in": head.fc.in_features,
-            "parameters": sum(p.numel() for p in head.parameters()),
+              extra={"variant": variant.name, "token_shift": variant.token_shift, "seed": seed})
+    return {"seed": seed, "parameters": sum(p.numel() for p in head.parameters()),
+            "fc_in": head.fc.in_features,
             "epochs": _epoch_rows(work / "log.jsonl", len(batches)),
+            "val_counts": acceptance_counts(head.eval(), val_rows, cfg.alpha_steps,
+                                            variant.token_shift),
             "train_seconds": result["state"]["seconds"], "tokens_seen": result["state"]["tokens_seen"],
             "wall_seconds_this_session": time.perf_counter() - t0}
 
 
-def decode_compare(target, heads: dict, prompts, max_new_tokens: int, tree, warmup_prompt=None,
-                   progress: bool = True) -> dict:
-    """Greedy vanilla vs every head on the same prompts, interleaved (the order rotates per prompt),
-    one warm-up each: tau, tokens/s and speedup over vanilla measured in this run."""
-    from ..decode import generate, generate_vanilla, prepare_prompt
-    from .uncertainty import BY_NAME
+def decode_tau(target, head, variant, prompts, max_new_tokens: int, tree,
+               progress: bool = True) -> dict:
+    """tau of one head decoding every prompt greedily, per prompt (the bootstrap's units).
 
-    def one(name, ids, n):
-        if name == "vanilla":
-            return generate_vanilla(target, ids, n)
-        drafter = make_drafter(heads[name], BY_NAME[name], tree, ids)
-        return generate(target, heads[name], ids, n, tree=drafter.shape, drafter=drafter)
-
-    methods = ["vanilla", *heads]
-    ids_list = [prepare_prompt(target, p) for p in prompts]
-    warm = prepare_prompt(target, warmup_prompt) if warmup_prompt is not None else ids_list[0]
-    for m in methods:
-        one(m, warm, 4)
-    rows = {m: [] for m in methods}
-    for i, ids in enumerate(tqdm(ids_list, desc="decode", unit="prompt", disable=not progress)):
-        for m in methods[i % len(methods):] + methods[:i % len(methods)]:
-            g = one(m, ids, max_new_tokens)
-            rows[m].append({"output": g.output_ids, **{k: g.stats[k] for k in
-                                                       ("new_tokens", "seconds", "target_forwards")},
-                            "depth": g.stats.get("acceptance_per_depth", {})})
-    tps = {m: sum(r["new_tokens"] for r in rows[m]) / sum(r["seconds"] for r in rows[m]) for m in methods}
-    out = {"prompts": len(ids_list), "max_new_tokens": max_new_tokens, "tree": str(tree),
-           "methods": {}}
-    for m in methods:
-        tokens = sum(r["new_tokens"] for r in rows[m])
-        depths = {}
-        for r in rows[m]:
-            for d, a in r["depth"].items():
-                depths.setdefault(int(d), []).append(a)
-        out["methods"][m] = {
-            "tokens_per_second": tps[m], "speedup": tps[m] / tps["vanilla"],
-            "tau": pooled_tau(rows[m])[0],
-            "tokens_per_forward": tokens / sum(r["target_forwards"] for r in rows[m]),
-            "new_tokens": tokens,
-            "seconds": sum(r["seconds"] for r in rows[m]),
-            "equal_to_vanilla": all(a["output"] == b["output"] for a, b in zip(rows[m], rows["vanilla"])),
-            "acceptance_per_depth": {d: sum(v) / len(v) for d, v in sorted(depths.items())}}
-    return out
+    tau counts tokens and cycles, not seconds, so nothing here is timed and it may run beside other
+    work; this CPU's speedups are the bench's business (`measure.bench`)."""
+    from ..decode import generate, prepare_prompt
+    rows = []
+    for p in tqdm(prompts, desc=f"tau {variant.name}", unit="prompt", disable=not progress):
+        ids = prepare_prompt(target, p)
+        drafter = make_drafter(head, variant, tree, ids)
+        g = generate(target, head, ids, max_new_tokens, tree=drafter.shape, drafter=drafter)
+        rows.append({k: g.stats[k] for k in ("new_tokens", "target_forwards")})
+    tau, se = pooled_tau(rows)
+    return {"prompts": len(rows), "max_new_tokens": max_new_tokens, "tree": str(tree),
+            "tau": tau, "tau_se_over_prompts": se, "per_prompt": rows}
 
 
 def _cached(path: Path, compute):
@@ -207,17 +188,36 @@ def _cached(path: Path, compute):
     if not path.exists():
         t0 = time.perf_counter()
         value = {**compute(), "seconds": time.perf_counter() - t0}
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(results_json(value, indent=1))
         tmp.replace(path)
     return json.loads(path.read_text())
 
 
+def _cached_tensors(path: Path, compute):
+    """compute() once (a list of tensor dicts, e.g. features); kept at `path` with torch.save."""
+    if path.exists():
+        return torch.load(path, weights_only=True)
+    value = compute()
+    tmp = path.with_suffix(".tmp")
+    torch.save(value, tmp)
+    tmp.replace(path)
+    return value
+
+
+def seeds_of(cfg: AblationConfig) -> list[int]:
+    """The training seeds: cfg.seed, cfg.seed + 1, ... (cfg.seeds of them)."""
+    return [cfg.seed + i for i in range(cfg.seeds)]
+
+
 def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationConfig, work,
-                 draft_vocab=None, warmup_prompt=None, command: str = "", log=print,
-                 progress: bool = True) -> dict:
+                 draft_vocab=None, command: str = "", log=print, progress: bool = True) -> dict:
     """The whole experiment on featurizable examples (`.input_ids`, `.loss_mask`) and prompts
     (strings or id lists); every finished phase is kept in `work` and skipped on a rerun.
+
+    For each seed in turn: the four heads are trained, then each decodes every prompt for tau; the
+    probes run once, on the first seed's heads. Raising `seeds` later continues the same run.
     progress: bars for the features, each head's training and the decoding."""
     from ..training.features import compute_features
     from ..head import DraftHead
@@ -225,69 +225,85 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
     t_start = time.perf_counter()
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
-    identity = {"format": FORMAT, "target": target.name, "config": asdict(cfg),
+    same_run = {k: v for k, v in asdict(cfg).items() if k != "seeds"}
+    identity = {"format": FORMAT, "target": target.name, "config": same_run,
                 "train_examples": len(train_examples), "val_examples": len(val_examples),
+                "prompts": len(prompts),
                 "draft_vocab_size": len(draft_vocab) if draft_vocab is not None else target.vocab_size}
     ident_path = work / "config.json"
     if ident_path.exists() and json.loads(ident_path.read_text()) != identity:
         raise EagleMiniError(f"{work} holds another run of this experiment (config.json differs); "
                              "use another --work directory or delete it")
     ident_path.write_text(results_json(identity, indent=1))
-    val = []  # validation features, computed on first use
+    memo, phases = {}, {"features_seconds": 0.0}
 
-    def features(examples, desc):
-        with tqdm(total=sum(len(e.input_ids) for e in examples), desc=desc, unit="tok",
-                  unit_scale=True, disable=not progress) as bar:
-            return compute_features(target, examples, progress=bar)
-
-    def val_rows():
-        if not val:
-            val.append(features(val_examples, "features validation"))
-        return val[0]
-    done = {v.name: work / v.name / "result.json" for v in VARIANTS}
-    batches, features_seconds = None, 0.0
-    variants = {}
-    for v in VARIANTS:
-        if not done[v.name].exists():
-            if batches is None:
+    def features(name, examples):
+        if name not in memo:
+            def compute():
                 t0 = time.perf_counter()
-                train_rows = features(train_examples, "features train")
-                features_seconds = time.perf_counter() - t0
-                tokens = sum(len(r["input_ids"]) for r in train_rows)
-                log(f"features of {len(train_rows)} training conversations ({tokens:,} tokens) in "
-                    f"{features_seconds:.0f} s, kept in memory for the four heads")
-                batches = length_grouped(train_rows, cfg.batch_tokens)
-            log(f"--- {v.label}: reads {v.reads}, predicts f_(i+1)")
-        else:
-            log(f"--- {v.label}: finished earlier, kept ({done[v.name]})")
-        variants[v.name] = _cached(done[v.name], lambda v=v: train_variant(
-            target, v, batches, val_rows(), cfg, work / v.name, draft_vocab, log, progress))
-        last = variants[v.name]["epochs"][-1]
-        log(f"    {v.label}: val top-1 {last['top1']:.3f}, 1-alpha {number(last['alpha'][1]):.3f}; "
-            f"{(time.perf_counter() - t_start) / 60:.1f} min into this session")
-    heads = {v.name: DraftHead.load(work / v.name / "head", target).eval() for v in VARIANTS}
-    decode = _cached(work / "decode.json", lambda: decode_compare(
-        target, heads, prompts, cfg.max_new_tokens, cfg.tree, warmup_prompt, progress))
+                with tqdm(total=sum(len(e.input_ids) for e in examples), desc=f"features {name}",
+                          unit="tok", unit_scale=True, disable=not progress) as bar:
+                    rows = compute_features(target, examples, progress=bar)
+                phases["features_seconds"] += time.perf_counter() - t0
+                return rows
+            memo[name] = _cached_tensors(work / f"features_{name}.pt", compute)
+        return memo[name]
+
+    def batches():
+        if "batches" not in memo:
+            rows = features("train", train_examples)
+            tokens = sum(len(r["input_ids"]) for r in rows)
+            log(f"features of {len(rows)} training conversations ({tokens:,} tokens), kept in memory "
+                "for every head")
+            memo["batches"] = length_grouped(rows, cfg.batch_tokens)
+        return memo["batches"]
+
+    runs = {v.name: [] for v in VARIANTS}
+    for seed in seeds_of(cfg):
+        for v in VARIANTS:
+            where = work / f"seed{seed}" / v.name
+            log(f"--- seed {seed}, {v.label}: reads {v.reads}, predicts f_(i+1)"
+                + (" (finished earlier, kept)" if (where / "result.json").exists() else ""))
+            run = _cached(where / "result.json", lambda v=v, where=where, seed=seed: train_variant(
+                target, v, batches(), features("val", val_examples), cfg, where, seed, draft_vocab,
+                log, progress))
+            last = run["epochs"][-1]
+            log(f"    val top-1 {last['top1']:.3f}, 1-alpha {number(last['alpha'][1]):.3f}; "
+                f"{(time.perf_counter() - t_start) / 60:.1f} min into this session")
+            runs[v.name].append(run)
+        for v in VARIANTS:
+            where = work / f"seed{seed}" / v.name
+            run = runs[v.name][-1]
+            run["decode"] = _cached(where / "tau.json", lambda v=v, where=where: decode_tau(
+                target, DraftHead.load(where / "head", target).eval(), v, prompts,
+                cfg.max_new_tokens, cfg.tree, progress))
+            log(f"    seed {seed}, {v.label}: tau {number(run['decode']['tau']):.3f} on "
+                f"{len(prompts)} prompts")
+    first = {v.name: DraftHead.load(work / f"seed{cfg.seed}" / v.name / "head", target).eval()
+             for v in VARIANTS}
+    val = features("val", val_examples)
     probe = _cached(work / "probe.json", lambda: {
-        "branches": branch_probe(target, heads, val_rows(), cfg.min_p, cfg.contexts),
-        "entropy": error_by_entropy(target, heads, val_rows(), cfg.entropy_bins, cfg.analysis_tokens)})
-    for name, row in decode["methods"].items():
-        if name in variants:
-            variants[name]["decode"] = row
-    # seconds of the session that computed each phase (a resumed variant counts its last session)
-    phases = {"features_seconds": features_seconds,
-              "variant_seconds": {k: v.get("seconds", 0.0) for k, v in variants.items()},
-              "decode_seconds": decode["seconds"], "probe_seconds": probe["seconds"]}
+        "branches": branch_probe(target, first, val, cfg.min_p, cfg.contexts),
+        "entropy": error_by_entropy(target, first, val, cfg.entropy_bins, cfg.analysis_tokens)})
+    phases.update({"variant_seconds": {k: [r.get("seconds", 0.0) for r in v] for k, v in runs.items()},
+                   "decode_seconds": {k: [r["decode"]["seconds"] for r in v] for k, v in runs.items()},
+                   "probe_seconds": probe["seconds"]})
+    variants = {v.name: {"label": v.label, "reads": v.reads, "input_mode": v.input_mode,
+                         "token_shift": v.token_shift, "fc_in": runs[v.name][0]["fc_in"],
+                         "parameters": runs[v.name][0]["parameters"], "seeds": runs[v.name]}
+                for v in VARIANTS}
     result = {"format": FORMAT, "command": command, "target": target.name, "config": asdict(cfg),
               "data": {"train_examples": len(train_examples),
                        "train_tokens": sum(len(e.input_ids) for e in train_examples),
                        "val_examples": len(val_examples),
                        "val_tokens": sum(len(e.input_ids) for e in val_examples),
-                       "draft_vocab_size": identity["draft_vocab_size"]},
-              "variants": variants, "vanilla": decode["methods"]["vanilla"], "decode": decode,
+                       "prompts": len(prompts), "draft_vocab_size": identity["draft_vocab_size"]},
+              "variants": variants,
               "uncertainty": {k: v for k, v in probe.items() if k != "seconds"},
               "paper": PAPER, "machine": machine_info(), "phase_seconds": phases,
               "elapsed_seconds": time.perf_counter() - t_start}
+    result["summary"] = summarize(result)
+    result["checks"] = paper_checks(result)
     return result
 
 
@@ -300,19 +316,19 @@ def config_from_args(args) -> AblationConfig:
 
 def sharegpt_inputs(target, cfg: AblationConfig) -> dict:
     """`run_ablation`'s data for a chat target: ShareGPT train and validation conversations up to
-    the configured token counts, the first MT-bench prompts, the draft vocabulary (the most
-    frequent assistant tokens) and a warm-up prompt that is never measured."""
-    from ..training.data import iter_conversations, mtbench_prompts, read_sharegpt
+    the configured token counts, MT-bench first turns spread over the eight categories, and the
+    draft vocabulary (the most frequent assistant tokens)."""
+    from ..training.data import evenly_spaced, iter_conversations, mtbench_questions, read_sharegpt
     from ..training.commands import frequent_tokens
     data = read_sharegpt()
 
     def split(name, n_tokens):
         return take_tokens(iter_conversations(name, target.tokenizer, cfg.max_len, data=data), n_tokens)
-    prompts = mtbench_prompts()
     return {"train_examples": split("train", cfg.train_tokens),
-            "val_examples": split("validation", cfg.val_tokens), "prompts": prompts[:cfg.prompts],
+            "val_examples": split("validation", cfg.val_tokens),
+            "prompts": [q["turns"][0] for q in evenly_spaced(mtbench_questions(), cfg.prompts)],
             "draft_vocab": frequent_tokens(target, cfg.draft_vocab, cfg.vocab_conversations)
-            if cfg.draft_vocab else None, "warmup_prompt": prompts[-1]}
+            if cfg.draft_vocab else None}
 
 
 def ablation_command(args, target, log=print) -> dict:
@@ -327,26 +343,11 @@ def ablation_command(args, target, log=print) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_json(result, indent=1))
     log(summary_table(result))
-    for row in paper_checks(result):
+    for row in result["checks"]:
         log(f"{'holds' if row['holds'] else 'FAILS'}: {row['claim']} (paper {row['paper']}; "
             f"here {row['ours']})")
     log(f"wrote {out} ({result['elapsed_seconds'] / 60:.1f} min this session)")
     return result
-
-
-def summary_table(result: dict) -> str:
-    """Markdown: per variant the last epoch's top-1 and 1-alpha, tau, speedup, and the paper's."""
-    lines = ["| input | fc in | val top-1 (0-alpha) | 1-alpha | tau | speedup | paper speedup / acc. |",
-             "|---|---|---|---|---|---|---|"]
-    for name, v in result["variants"].items():
-        last = v["epochs"][-1]
-        p = result["paper"][name]
-        paper = f"{p['speedup']}x / {p['accuracy']}" if "speedup" in p else p["note"]
-        d = v.get("decode", {})
-        lines.append(f"| {v['label']} | {v['fc_in']} | {last['top1']:.3f} | "
-                     f"{number(last['alpha'][1]):.3f} | {number(d.get('tau')):.2f} | "
-                     f"{number(d.get('speedup')):.2f}x | {paper} |")
-    return "\n".join(lines)
 
 
 def number(x) -> float:
@@ -355,57 +356,98 @@ def number(x) -> float:
     return float("nan") if x is None else x
 
 
-def paper_checks(result: dict, near: float = 0.1) -> list[dict]:
-    """The paper's claims about the four inputs (EAGLE Figs. 4 and 8), each checked on `result`.
+def arms(result: dict, metric: str) -> dict:
+    """Per variant an `intervals.Arm` of `metric`: "top1" / "alpha1" (units: validation
+    conversations, from each seed's last head) or "tau" (units: prompts)."""
+    from .intervals import Arm
+    out = {}
+    for name, v in result["variants"].items():
+        if metric == "tau":
+            counts = [[[r["new_tokens"] - 1, r["target_forwards"] - 1] for r in s["decode"]["per_prompt"]]
+                      for s in v["seeds"]]
+        else:
+            k = {"top1": 0, "alpha1": 1}[metric]
+            counts = [[c[k] for c in s["val_counts"]] for s in v["seeds"]]
+        out[name] = Arm(counts)
+    return out
 
-    Orderings are strict; "about equal" means within `near` of the larger value, relatively.
-    Returns rows {"claim", "paper", "ours", "holds", "z"}: the numbers that decide each claim and,
-    for accuracies, the smallest two-proportion z-score among the compared pairs (the difference in
-    standard errors; the heads share their validation tokens, so this is conservative). Tau and
-    speedup come from one decode of a few prompts per head and get no z.
+
+METRICS = {"top1": "top-1 (0-alpha)", "alpha1": "1-alpha", "tau": "tau"}
+
+
+def summarize(result: dict) -> dict:
+    """Per metric and variant: the mean over seeds, each seed's value and a bootstrap interval over
+    conversations (top-1, 1-alpha) or prompts (tau); and top-1 against training tokens, per epoch,
+    averaged over seeds, so a reader sees whether the gaps still open."""
+    from .intervals import interval
+    out = {}
+    for metric in METRICS:
+        out[metric] = {}
+        for name, arm in arms(result, metric).items():
+            out[metric][name] = {**interval(arm), "seeds": arm.per_seed().tolist()}
+    curve = {}
+    for name, v in result["variants"].items():
+        epochs = [s["epochs"] for s in v["seeds"]]
+        curve[name] = [{"epoch": rows[0]["epoch"], "tokens_seen": rows[0]["tokens_seen"],
+                        "top1": sum(r["top1"] for r in rows) / len(rows),
+                        "alpha1": sum(number(r["alpha"][1]) for r in rows) / len(rows)}
+                       for rows in zip(*epochs)]
+    out["top1_by_tokens"] = curve
+    return out
+
+
+def paper_checks(result: dict, margin: float = 0.02) -> list[dict]:
+    """The paper's claims about the four inputs (EAGLE Figs. 4 and 8), each decided by a paired
+    bootstrap interval of a difference, pooled over seeds (`intervals.paired_difference`).
+
+    An ordering a < b holds when the interval of b - a lies above 0; "about equal" holds when the
+    interval holds 0 and lies within +-`margin` (top-1). Returns rows {"claim", "paper", "ours",
+    "holds", "differences"}: each difference with its estimate and interval.
     """
-    import math
-    v = result["variants"]
-    last = {n: v[n]["epochs"][-1] for n in v}
-    top1 = {n: number(last[n]["top1"]) for n in v}
-    alpha1 = {n: number(last[n]["alpha"][1]) for n in v}
-    tau = {n: number(v[n].get("decode", {}).get("tau")) for n in v}
-    speed = {n: number(v[n].get("decode", {}).get("speedup")) for n in v}
-    order = ("token", "feature", "shifted")
+    from .intervals import about_equal, excludes_zero, paired_difference
+    a = {m: arms(result, m) for m in METRICS}
 
-    def z(k, lo, hi):   # (hi - lo) / standard error, k-alpha of two heads
-        (a1, n1), (a2, n2) = last[hi]["counts"][k], last[lo]["counts"][k]
-        if not (n1 and n2):
-            return None
-        p1, p2 = a1 / n1, a2 / n2
-        se = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
-        return round((p1 - p2) / se, 1) if se else None
+    def diff(metric, lo, hi):
+        return {"metric": metric, "lower": lo, "higher": hi,
+                **paired_difference(a[metric][lo], a[metric][hi])}
 
-    def increasing(d):
-        return all(d[a] < d[b] for a, b in zip(order, order[1:]))
+    def show(ds):
+        return "; ".join(f"{METRICS[d['metric']]} {d['higher']} - {d['lower']} = {d['estimate']:+.3f} "
+                         f"[{d['low']:+.3f}, {d['high']:+.3f}]" for d in ds)
 
-    def show(d, names=order):
-        return ", ".join(f"{n} {d[n]:.3f}" for n in names)
+    rows = []
+    for metric, paper in (("top1", "0.32 < 0.63 < 0.78 (accuracy)"),
+                          ("tau", "1.5x < 1.9x < 2.8x (speedup; tau not reported)")):
+        ds = [diff(metric, "token", "feature"), diff(metric, "feature", "shifted")]
+        rows.append({"claim": f"{METRICS[metric]}: token only < feature only < feature & shifted token",
+                     "paper": paper, "ours": show(ds), "holds": all(excludes_zero(d) for d in ds),
+                     "differences": ds})
+    d = diff("top1", "feature", "unshifted")
+    rows.append({"claim": f"unshifted 0-alpha about feature only's (within +-{margin})",
+                 "paper": "Fig. 8: about equal", "ours": show([d]),
+                 "holds": about_equal(d, margin), "differences": [d]})
+    d = diff("alpha1", "feature", "unshifted")
+    rows.append({"claim": "unshifted 1-alpha above feature only's", "paper": "Fig. 8: higher",
+                 "ours": show([d]), "holds": excludes_zero(d), "differences": [d]})
+    return rows
 
-    pairs = list(zip(order, order[1:]))
-    others = [n for n in v if n != "shifted"]
-    return [
-        {"claim": "top-1: token only < feature only < feature & shifted token",
-         "paper": "0.32 < 0.63 < 0.78", "ours": show(top1), "holds": increasing(top1),
-         "z": min(z(0, a, b) for a, b in pairs)},
-        {"claim": "speedup in the same order", "paper": "1.5x < 1.9x < 2.8x", "ours": show(speed),
-         "holds": increasing(speed), "z": None},
-        {"claim": "tau in the same order (what carries over between machines)",
-         "paper": "(not reported)", "ours": show(tau), "holds": increasing(tau), "z": None},
-        {"claim": "unshifted 0-alpha about feature only's", "paper": "Fig. 8: about equal",
-         "ours": show(top1, ("feature", "unshifted")),
-         "holds": abs(top1["unshifted"] - top1["feature"])
-         <= near * max(top1["unshifted"], top1["feature"]), "z": z(0, "feature", "unshifted")},
-        {"claim": "unshifted 1-alpha above feature only's", "paper": "Fig. 8: higher",
-         "ours": show(alpha1, ("feature", "unshifted")),
-         "holds": alpha1["unshifted"] > alpha1["feature"], "z": z(1, "feature", "unshifted")},
-        {"claim": "feature & shifted token best on 0-alpha and 1-alpha", "paper": "Fig. 8: best",
-         "ours": f"0-alpha {top1['shifted']:.3f}, 1-alpha {alpha1['shifted']:.3f}",
-         "holds": all(top1["shifted"] > top1[n] and alpha1["shifted"] > alpha1[n] for n in others),
-         "z": min(min(z(0, n, "shifted"), z(1, n, "shifted")) for n in others)},
-    ]
+
+def summary_table(result: dict) -> str:
+    """Markdown: per variant top-1, 1-alpha and tau (mean over seeds, 95% bootstrap interval) and
+    the paper's figures."""
+    s = result["summary"]
+    seeds = len(next(iter(result["variants"].values()))["seeds"])
+    lines = [f"| input | fc in | val top-1 (0-alpha) | 1-alpha | tau | paper speedup / acc. |",
+             "|---|---|---|---|---|---|"]
+
+    def cell(iv):
+        return f"{number(iv['estimate']):.3f} [{number(iv['low']):.3f}, {number(iv['high']):.3f}]"
+    for name, v in result["variants"].items():
+        p = result["paper"][name]
+        paper = f"{p['speedup']}x / {p['accuracy']}" if "speedup" in p else p["note"]
+        lines.append(f"| {v['label']} | {v['fc_in']} | {cell(s['top1'][name])} | "
+                     f"{cell(s['alpha1'][name])} | {cell(s['tau'][name])} | {paper} |")
+    lines.append(f"\nMean over {seeds} seed(s); 95% bootstrap intervals over validation "
+                 f"conversations (top-1, 1-alpha) and over {result['data']['prompts']} MT-bench "
+                 "prompts (tau).")
+    return "\n".join(lines)

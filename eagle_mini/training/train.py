@@ -421,15 +421,23 @@ def save_checkpoint(head, optimizer, scheduler, noise_gen, cursor, state, cfg, p
 
 
 @torch.no_grad()
-def evaluate_head(head, examples_with_features, steps: int = 4, token_shift: int = 1) -> dict:
-    """Pooled top-1 (= 0-alpha) and n-alpha over featurized examples."""
-    pooled = {k: [0, 0] for k in range(steps)}
+def acceptance_counts(head, examples_with_features, steps: int = 4, token_shift: int = 1) -> list:
+    """Per example, `[[accepted, tried] for n in 0..steps-1]` of teacher-forced chains
+    (`chain_acceptance`): the units a bootstrap over conversations resamples (`measure.intervals`)."""
+    out = []
     for e in examples_with_features:
         ids = torch.as_tensor(e["input_ids"])[None]
         f = e["features"].float()[None]
         mask = torch.as_tensor(e["loss_mask"])[None]
-        for k, (a, n) in chain_acceptance(head, f, ids, mask, steps, token_shift).items():
-            pooled[k][0] += a
-            pooled[k][1] += n
-    alpha = [a / n if n else float("nan") for a, n in (pooled[k] for k in range(steps))]
-    return {"top1": alpha[0], "alpha": alpha, "counts": [pooled[k] for k in range(steps)]}
+        counts = chain_acceptance(head, f, ids, mask, steps, token_shift)
+        out.append([list(counts[k]) for k in range(steps)])
+    return out
+
+
+def evaluate_head(head, examples_with_features, steps: int = 4, token_shift: int = 1) -> dict:
+    """Pooled top-1 (= 0-alpha) and n-alpha over featurized examples."""
+    per_example = acceptance_counts(head, examples_with_features, steps, token_shift)
+    pooled = [[sum(c[k][0] for c in per_example), sum(c[k][1] for c in per_example)]
+              for k in range(steps)]
+    alpha = [a / n if n else float("nan") for a, n in pooled]
+    return {"top1": alpha[0], "alpha": alpha, "counts": pooled}
