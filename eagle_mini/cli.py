@@ -103,9 +103,11 @@ def build_parser() -> Parser:
     f.add_argument("--start", type=int, default=0, help="skip this many records of the split")
     f.add_argument("--shard-size", type=positive_int, default=256)
     f.add_argument("--batch-tokens", type=positive_int, default=4096)
+    f.add_argument("--eagle3", action="store_true",
+                   help="also store the layers an EAGLE-3 head reads (3x the disk)")
     f.add_argument("--out", required=True)
 
-    t = sub.add_parser("train-head", help="train a draft head (EAGLE-1 recipe); resumable")
+    t = sub.add_parser("train-head", help="train a draft head (EAGLE-1 or EAGLE-3); resumable")
     add_target_args(t)
     t.add_argument("--target", dest="model", default="smollm2-135m", help="alias of --model")
     src = t.add_mutually_exclusive_group(required=True)
@@ -130,9 +132,14 @@ def build_parser() -> Parser:
     t.add_argument("--max-len", type=positive_int, default=1024)
     t.add_argument("--draft-vocab", type=int, default=0, help="reduced draft vocabulary size")
     t.add_argument("--ce-vocab", type=int, default=0, help="restrict the soft CE to N tokens")
-    t.add_argument("--unroll", type=positive_int, default=1,
-                   help="also train draft steps 1..N-1 on the head's own output (training-time "
-                        "test, EAGLE-3 §3); 1 = EAGLE-1's loss")
+    t.add_argument("--kind", default="eagle1", choices=["eagle1", "eagle3"],
+                   help="a new head's kind: eagle1 (fc 2H -> H, feature + token loss) or eagle3 "
+                        "(three target layers, own lm_head, token loss over unrolled steps); "
+                        "--init keeps its head's kind")
+    t.add_argument("--unroll", type=positive_int, default=None,
+                   help="training-time test (EAGLE-3 §3): draft steps per position, each reading "
+                        "the head's own output; default 1 for eagle1 (EAGLE-1's loss), 7 for "
+                        "eagle3 (the authors')")
     t.add_argument("--mixed-precision", default="no", choices=["no", "bf16"],
                    help="bf16: the head's forward/backward under torch.autocast (fp32 weights, AdamW)")
     t.add_argument("--feature-dtype", default=None, choices=["fp32", "bf16", "fp16"],
@@ -181,6 +188,32 @@ def build_parser() -> Parser:
     e.add_argument("--max-new-tokens", type=positive_int, default=64)
     e.add_argument("--out", default=None, help="write the metrics JSON here")
 
+    a = sub.add_parser("measure-acceptance", help="tau per prompt for tree/chain, EAGLE-2/EAGLE-1, "
+                                                   "T=0/T=1, draft calibration and n-alpha (untimed; "
+                                                   "what paper-vs-ours reads)")
+    add_target_args(a)
+    a.add_argument("--head", default=None, help="draft head directory (default: shipped head)")
+    a.add_argument("--n-prompts", type=positive_int, default=24,
+                   help="MT-bench first turns, spread over its 8 categories")
+    a.add_argument("--max-new-tokens", type=positive_int, default=64)
+    a.add_argument("--n-text", type=positive_int, default=50,
+                   help="ShareGPT test conversations for n-alpha")
+    a.add_argument("--max-len", type=positive_int, default=1024)
+    a.add_argument("--out", default=None,
+                   help="JSON path (default data/results/acceptance_<model>.json)")
+
+    v = sub.add_parser("paper-vs-ours", help="the papers' claims against ours, from committed "
+                                             "results files (runs no model)")
+    v.add_argument("--results", default="data/results", help="folder of the results files")
+    v.add_argument("--out", default=None,
+                   help="writes OUT.json and OUT.md (default <results>/paper_vs_ours)")
+
+    o = sub.add_parser("export", help="write a head in its authors' published layout: EAGLE-1 "
+                                      "(pytorch_model.bin) or EAGLE-3 (model.safetensors, d2t/t2d)")
+    add_target_args(o)
+    o.add_argument("--head", default=None, help="head directory (default: the best shipped head)")
+    o.add_argument("--out", required=True)
+
     x = sub.add_parser("experiment", help="paper experiments: `uncertainty` = the feature-"
                                           "uncertainty ablation (EAGLE Figs. 3, 4, 8); resumable")
     x.add_argument("name", choices=["uncertainty"])
@@ -212,10 +245,18 @@ def load(args):
     return load_target(args.model, dtype=args.dtype, device=device, pack=not args.no_pack)
 
 
-def head_for(args, target):
-    """--head DIR, else the shipped head for the target, else a random head (said loudly)."""
+def head_for(args, target, methods=()):
+    """--head DIR, else the best shipped head for the target, else a random head (said loudly).
+    When `methods` hold "eagle3" beside other EAGLE methods: {"eagle1": ..., "eagle3": ...}, the
+    best shipped head of each kind (`measure.methods.pick_head` hands each method its own)."""
     from .heads import default_head
-    return default_head(target, args.head)
+    if "eagle3" not in methods or args.head is not None:
+        return default_head(target, args.head)
+    h3, n3 = default_head(target, kind="eagle3")
+    if not set(methods) - {"eagle3", "vanilla"}:
+        return h3, n3
+    h1, n1 = default_head(target, kind="eagle1")
+    return {"eagle1": h1, "eagle3": h3}, f"{n1}; {n3}"
 
 
 def tree_arg(spec):
@@ -247,7 +288,7 @@ def cmd_generate(args):
     target = load(args)
     head = None
     if args.method != "vanilla":
-        head, note = head_for(args, target)
+        head, note = head_for(args, target, (args.method,))
         print(note, file=sys.stderr)
     streamer = None if args.json else _text_streamer(target)
     sampling = {"temperature": args.temperature, "top_p": 1.0 if args.top_p is None else args.top_p,
@@ -333,8 +374,9 @@ def cmd_check_lossless(args):
     from .results import results_json
     tree = tree_arg(args.tree)
     target = load(args)
-    head, note = head_for(args, target)
-    result = check_lossless(target, head, [m.strip() for m in args.methods.split(",")], args.n,
+    methods = [m.strip() for m in args.methods.split(",")]
+    head, note = head_for(args, target, methods)
+    result = check_lossless(target, head, methods, args.n,
                             args.max_new_tokens, tree=tree, log=print)
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note, **result}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -356,7 +398,7 @@ def cmd_dump_features(args):
         torch.set_num_threads(args.threads)
     m = dump_command(args.model, args.data, args.split, args.max_conversations, args.max_len,
                      args.out, args.start, args.shard_size, args.batch_tokens, args.dtype,
-                     args.device)
+                     args.device, eagle3=args.eagle3)
     print(f"{args.out}: {json.dumps(m.get('counts', {}))}")
 
 
@@ -368,10 +410,11 @@ def cmd_train_head(args):
 def cmd_bench(args):
     from .measure.bench import bench, markdown_table, save
     target = load(args)
-    head, note = head_for(args, target)
+    methods = tuple(m.strip() for m in args.methods.split(","))
+    head, note = head_for(args, target, methods)
     print(note, file=sys.stderr)
     n, tokens = (3, 32) if args.quick else (args.n, args.max_new_tokens)
-    result = bench(target, head, tuple(m.strip() for m in args.methods.split(",")), args.dataset,
+    result = bench(target, head, methods, args.dataset,
                    n, tokens, args.temperature, args.seed, head_note=note,
                    curve_repeats=3 if args.quick else 5)
     result["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
@@ -379,6 +422,19 @@ def cmd_bench(args):
     out = save(result, Path(args.out or Path("data/results") / (name + ("_quick" if args.quick else ""))))
     print(markdown_table(result))
     print(f"wrote {out}/bench.json, bench.md, bench.png")
+
+
+def cmd_export(args):
+    """A head in the layout its authors publish and serving engines load."""
+    from .export import export_eagle3, export_official
+    from .heads import head_kind
+    target = load(args)
+    head, note = head_for(args, target)
+    if head_kind(head) == "eagle3":
+        out = export_eagle3(head, target, args.out)
+    else:
+        out = export_official(head, target, args.out)
+    print(f"{note}: wrote {head_kind(head)} layout to {out}")
 
 
 def cmd_eval_head(args):
@@ -410,6 +466,32 @@ def cmd_regenerate(args):
     print(json.dumps(result))
 
 
+def cmd_measure_acceptance(args):
+    from .measure.acceptance import acceptance_command
+    from .results import results_json
+    target = load(args)
+    head, note = head_for(args, target)
+    print(note, file=sys.stderr)
+    result = acceptance_command(target, head, note, args.n_prompts, args.max_new_tokens,
+                                args.n_text, args.max_len,
+                                "python -m eagle_mini " + " ".join(sys.argv[1:]))
+    out = Path(args.out or f"data/results/acceptance_{args.model.replace('/', '_')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(results_json(result))
+    for name, iv in result["summary"]["tau"].items():
+        print(f"tau {name:10s} {fmt(iv['estimate'], '.3f')} [{fmt(iv['low'], '.3f')}, "
+              f"{fmt(iv['high'], '.3f')}]")
+    print(f"wrote {out} ({result['seconds'] / 60:.1f} min)")
+
+
+def cmd_paper_vs_ours(args):
+    from .measure.claims import write_table
+    json_path, md_path = write_table(args.results, args.out,
+                                     "python -m eagle_mini " + " ".join(sys.argv[1:]))
+    print(Path(md_path).read_text(), end="")
+    print(f"wrote {json_path} and {md_path}")
+
+
 def cmd_experiment(args):
     from .measure.ablation import ablation_command
     ablation_command(args, load(args))
@@ -417,9 +499,10 @@ def cmd_experiment(args):
 
 COMMANDS = {"generate": cmd_generate, "demo": cmd_demo, "prepare": cmd_prepare,
             "profile-target": cmd_profile_target, "check-lossless": cmd_check_lossless,
-            "bench": cmd_bench, "eval-head": cmd_eval_head, "dump-features": cmd_dump_features,
+            "bench": cmd_bench, "eval-head": cmd_eval_head, "export": cmd_export, "dump-features": cmd_dump_features,
             "regenerate": cmd_regenerate, "train-head": cmd_train_head,
-            "experiment": cmd_experiment}
+            "experiment": cmd_experiment, "measure-acceptance": cmd_measure_acceptance,
+            "paper-vs-ours": cmd_paper_vs_ours}
 
 
 def main(argv=None) -> int:

@@ -125,8 +125,9 @@ def named_tree(tree):
 @dataclass
 class Verified:
     """One verified draft: `path` the accepted node ids (root first), `bonus` the target's own next
-    token, `features: [N, hidden]` and `logits: [N, vocab]` the target's outputs at every node;
-    the target cache holds `prefix` entries plus the whole tree until `accept`."""
+    token, `features` what the head reads at every node (the feature [N, hidden], or an EAGLE-3
+    head's target layers [N, 3 * hidden]) and `logits: [N, vocab]`; the target cache holds
+    `prefix` entries plus the whole tree until `accept`."""
     draft: Draft
     path: list[int]
     bonus: int
@@ -162,14 +163,20 @@ class EagleDecoder:
         else:
             drafter.generator = self.generator
         self.drafter = drafter
+        # an EAGLE-3 head reads the hidden states entering some layers, not the last feature
+        self.layers = getattr(getattr(drafter, "head", None), "aux_layers", None)
         self.rule = SampledTreeRule() if drafter.sampled else TopKTreeRule()
         self.cache = target.new_cache()
-        step = target.forward(self.prompt_ids, self.cache, all_logits=False)
+        step = target.forward(self.prompt_ids, self.cache, all_logits=False,
+                              hidden_layers=self.layers)
         self.root = next_token(step.logits[-1], self.cfg, self.generator)
-        self.drafter.extend(step.features, self.prompt_ids[1:] + [self.root])
+        self.drafter.extend(self._head_input(step), self.prompt_ids[1:] + [self.root])
         self.output_ids = [self.root]
         self.target_forwards = 1
         self.seconds = {"draft": 0.0, "verify": 0.0}  # cycles only: drafting + head re-runs, verifying
+
+    def _head_input(self, step):
+        return step.features if self.layers is None else step.layers
 
     @torch.no_grad()
     def draft(self) -> Draft:
@@ -189,7 +196,7 @@ class EagleDecoder:
         start = time.perf_counter()
         prefix = self.cache.get_seq_length()
         step = self.target.forward(draft.tokens, self.cache, positions=draft.tree.positions(prefix),
-                                   tree_mask=draft.tree.mask)
+                                   tree_mask=draft.tree.mask, hidden_layers=self.layers)
         self.target_forwards += 1
         if self.cfg.greedy:
             path, bonus = verify_greedy(draft, step.logits)
@@ -197,7 +204,7 @@ class EagleDecoder:
             p = warp(step.logits, self.cfg.temperature, self.cfg.top_p, self.cfg.top_k)
             path, bonus = verify_sampling(draft, p, self.rule, generator=self.generator)
         self.seconds["verify"] += time.perf_counter() - start
-        return Verified(draft, path, bonus, step.features, step.logits, prefix)
+        return Verified(draft, path, bonus, self._head_input(step), step.logits, prefix)
 
     @torch.no_grad()
     def accept(self, verified: Verified) -> list[int]:

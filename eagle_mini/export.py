@@ -19,8 +19,24 @@ Serving engines: vLLM's EAGLE model has no fc bias and silently drops `fc.bias`;
 drafts with different numbers than it was trained with. `export_official(..., for_vllm=True)` warns
 about it; train with `fc_bias=False` for such a target.
 
-Left out: EAGLE-3 checkpoints (fused 3H -> H input, own lm_head, `d2t`/`t2d` maps), reduced draft
-vocabularies and the feature-only / token-only ablation heads, none of which EAGLE-1 can express.
+EAGLE-1 cannot express reduced draft vocabularies or the feature-only / token-only ablation heads.
+
+**EAGLE-3** (reference §5) has its own layout, the one the authors publish and SGLang / vLLM load
+(`export_eagle3`, `load_eagle3`):
+
+    model.safetensors   fc.weight [H, 3H]
+                        midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight [H]
+                        midlayer.self_attn.{q,k,v}_proj.weight [., 2H], o_proj.weight
+                        midlayer.mlp.{gate,up,down}_proj.weight
+                        norm.weight [H], lm_head.weight [draft_vocab, H]
+                        d2t [draft_vocab] int64 offsets (target id = i + d2t[i]), t2d [vocab] bool
+    config.json         architectures ["LlamaForCausalLMEagle3"], model_type "llama",
+                        num_hidden_layers 1, vocab_size (the target's), draft_vocab_size,
+                        tie_word_embeddings false and the target's other Llama fields
+
+The embedding is not written: the draft shares the target's (an `embed_tokens.weight` in a file
+being read is checked against the target's shape and then not used). vLLM renames `midlayer.` to
+`layers.0.` and `d2t` to `draft_id_to_target_id` on loading, and skips `t2d`.
 
     >>> export_official(head, target, "out/eagle-head")           # doctest: +SKIP
     >>> head = load_head("out/eagle-head", target)  # eagle_mini.heads  # doctest: +SKIP
@@ -34,6 +50,7 @@ import torch
 from transformers import AutoConfig
 
 from .errors import EagleMiniError
+from .eagle3 import Eagle3Head, aux_layers
 from .head import DraftHead, _layer_config, check_compatible
 
 WEIGHTS, CONFIG = "pytorch_model.bin", "config.json"
@@ -57,12 +74,9 @@ def official_state_dict(head: DraftHead, target) -> dict:
 
 def official_config(head: DraftHead, target) -> dict:
     """The target's config cut to one layer, with the "bias" key released LLaMA-3 heads carry."""
-    cfg = json.loads(_layer_config(target.config).to_json_string(use_diff=False))
+    cfg = official_config_base(target)
     cfg["architectures"] = cfg.get("architectures") or [type(target.model).__name__]
     cfg["bias"] = head.fc.bias is not None
-    rope = cfg.get("rope_parameters") or {}
-    if "rope_theta" in rope:
-        cfg["rope_theta"] = rope["rope_theta"]  # older transformers (serving engines) read it here
     return cfg
 
 
@@ -141,3 +155,100 @@ def load_official(head_dir, target=None) -> DraftHead:
     head.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     head.meta = {"format": "eagle-1", **cfg}
     return head.attach(target) if target is not None else head
+
+
+EAGLE3_WEIGHTS, EAGLE3_ARCH = "model.safetensors", "LlamaForCausalLMEagle3"
+
+
+def eagle3_state_dict(head: Eagle3Head) -> dict:
+    """The authors' tensors: the head's weights under their names, plus `d2t` and `t2d`."""
+    state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    d2t = head.draft_to_target.cpu()
+    state["d2t"] = (d2t - torch.arange(d2t.numel())).contiguous()
+    state["t2d"] = head.t2d.cpu().contiguous()
+    return state
+
+
+def eagle3_config(head: Eagle3Head, target, dtype=torch.bfloat16) -> dict:
+    """The one-layer Llama config of a published EAGLE-3 draft (SpecForge / the authors)."""
+    cfg = official_config_base(target)
+    cfg.update({"architectures": [EAGLE3_ARCH], "model_type": "llama", "num_hidden_layers": 1,
+                "vocab_size": target.vocab_size, "draft_vocab_size": head.draft_vocab_size,
+                "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch.")})
+    if tuple(head.aux_layers) != aux_layers(target.config.num_hidden_layers):
+        # vLLM / SGLang read other layers from here; the default needs no entry
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(head.aux_layers)}
+    return cfg
+
+
+def official_config_base(target) -> dict:
+    """The target's config cut to one layer, with rope_theta where older transformers (serving
+    engines) read it."""
+    cfg = json.loads(_layer_config(target.config).to_json_string(use_diff=False))
+    rope = cfg.get("rope_parameters") or {}
+    if "rope_theta" in rope:
+        cfg["rope_theta"] = rope["rope_theta"]
+    return cfg
+
+
+def export_eagle3(head: Eagle3Head, target, out_dir, dtype=torch.bfloat16) -> Path:
+    """Write `head` in the authors' EAGLE-3 layout (model.safetensors + config.json)."""
+    from safetensors.torch import save_file
+    check_compatible(head, target)
+    if target.config.model_type != "llama":
+        raise EagleMiniError(f"the EAGLE-3 layout is a Llama draft; {target.name} is "
+                             f"{target.config.model_type!r}")
+    state = {k: v.to(dtype) if v.is_floating_point() else v
+             for k, v in eagle3_state_dict(head).items()}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, out / EAGLE3_WEIGHTS)
+    (out / CONFIG).write_text(json.dumps(eagle3_config(head, target, dtype), indent=2))
+    return out
+
+
+def load_eagle3(head_dir, target) -> Eagle3Head:
+    """Load an EAGLE-3 draft in the authors' layout for `target` (its embedding is shared)."""
+    from safetensors.torch import load_file
+    d = Path(head_dir)
+    for name in (CONFIG, EAGLE3_WEIGHTS):
+        if not (d / name).exists():
+            raise EagleMiniError(f"{d} is not an EAGLE-3 draft directory (no {name})")
+    if target is None:
+        raise EagleMiniError("loading an EAGLE-3 draft in the authors' layout needs its target")
+    try:
+        cfg = json.loads((d / CONFIG).read_text())
+        state = load_file(d / EAGLE3_WEIGHTS)
+    except Exception as e:
+        raise EagleMiniError(f"{d} holds a damaged EAGLE-3 draft: {e}") from None
+    if EAGLE3_ARCH not in cfg.get("architectures", []):
+        raise EagleMiniError(f"{d / CONFIG} is not an EAGLE-3 draft (architectures "
+                             f"{cfg.get('architectures')})")
+    for what, mine, theirs in (("hidden size", cfg.get("hidden_size"), target.hidden_size),
+                               ("vocab size", cfg.get("vocab_size"), target.vocab_size)):
+        if mine != theirs:
+            raise EagleMiniError(f"head {d} does not fit target {target.name}: {what} {mine} "
+                                 f"(head) vs {theirs} (target)")
+    d2t, t2d = state.pop("d2t", None), state.pop("t2d", None)
+    if d2t is None:
+        raise EagleMiniError(f"{d / EAGLE3_WEIGHTS} has no d2t map")
+    draft_to_target = torch.arange(d2t.numel()) + d2t.long()
+    if t2d is not None and not torch.equal(t2d.bool().nonzero().flatten(), draft_to_target.sort().values):
+        raise EagleMiniError(f"{d / EAGLE3_WEIGHTS}: d2t and t2d disagree")
+    embed = state.pop("embed_tokens.weight", None)
+    if embed is not None and tuple(embed.shape) != (target.vocab_size, target.hidden_size):
+        raise EagleMiniError(f"{d / EAGLE3_WEIGHTS}: embed_tokens.weight has shape "
+                             f"{tuple(embed.shape)}, expected {(target.vocab_size, target.hidden_size)}")
+    layers = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    head = Eagle3Head(target.config, draft_vocab=draft_to_target, target_name=target.name,
+                      layers=layers)
+    expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    if expected != got:
+        raise EagleMiniError(f"{d / EAGLE3_WEIGHTS} does not match an EAGLE-3 draft for "
+                             f"{target.name}: missing {sorted(set(expected) - set(got))}, "
+                             f"unexpected {sorted(set(got) - set(expected))}, wrong shapes "
+                             f"{sorted(k for k in expected.keys() & got.keys() if expected[k] != got[k])}")
+    head.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    head.meta = {"format": "eagle-3", **cfg}
+    return head.float().attach(target)

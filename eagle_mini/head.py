@@ -156,37 +156,57 @@ class DraftHead(nn.Module):
 
     @classmethod
     def load(cls, head_dir, target=None) -> "DraftHead":
-        """Load a head saved by `save` and attach it (`heads.load_head` also reads official
-        EAGLE-1 checkpoints). A missing or damaged file is named in an `EagleMiniError`."""
-        d = Path(head_dir)
-        for name in ("config.json", "model.safetensors"):
-            if not (d / name).is_file():
-                raise EagleMiniError(f"{d} is not a draft head directory (no {name})")
+        """Load a head saved by `save` and attach it (`heads.load_head` also reads EAGLE-3 heads
+        and official EAGLE-1 checkpoints). A missing or damaged file is named in an
+        `EagleMiniError`."""
+        d, cfg, tensors = read_head_dir(head_dir)
         try:
-            cfg = json.loads((d / "config.json").read_text())
             target_config = AutoConfig.for_model(**cfg["target_config"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            head = cls(target_config, fc_bias=cfg["fc_bias"],
+                       draft_vocab=tensors.pop("draft_to_target"),
+                       input_mode=cfg.get("input_mode", "feature+token"),
+                       target_name=cfg.get("target_name", ""))
+        except (KeyError, TypeError, ValueError) as e:
             raise EagleMiniError(f"{d / 'config.json'} is damaged or not a head config "
                                  f"({type(e).__name__}: {e})") from None
-        try:
-            tensors = load_file(d / "model.safetensors")
-        except Exception as e:  # safetensors raises its own SafetensorError for a cut file
-            raise EagleMiniError(f"{d / 'model.safetensors'} is damaged: {e}") from None
-        if "draft_to_target" not in tensors:
-            raise EagleMiniError(f"{d / 'model.safetensors'} has no draft_to_target map")
-        head = cls(target_config, fc_bias=cfg["fc_bias"], draft_vocab=tensors.pop("draft_to_target"),
-                   input_mode=cfg.get("input_mode", "feature+token"),
-                   target_name=cfg.get("target_name", ""))
-        try:
-            head.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
-        except RuntimeError as e:
-            raise EagleMiniError(f"{d / 'model.safetensors'} does not match its config.json: "
-                                 f"{str(e).splitlines()[0]}") from None
+        load_weights(head, tensors, d)
         head.meta = cfg
         return head.attach(target) if target is not None else head
 
 
-def check_compatible(head: DraftHead, target) -> None:
+def read_head_dir(head_dir) -> tuple[Path, dict, dict]:
+    """A saved head's directory -> (path, config dict, tensors incl. `draft_to_target`), with a
+    one-line error naming the file that is missing or damaged."""
+    d = Path(head_dir)
+    for name in ("config.json", "model.safetensors"):
+        if not (d / name).is_file():
+            raise EagleMiniError(f"{d} is not a draft head directory (no {name})")
+    try:
+        cfg = json.loads((d / "config.json").read_text())
+        if not isinstance(cfg, dict):
+            raise TypeError("not a JSON object")
+    except (json.JSONDecodeError, TypeError) as e:
+        raise EagleMiniError(f"{d / 'config.json'} is damaged or not a head config "
+                             f"({type(e).__name__}: {e})") from None
+    try:
+        tensors = load_file(d / "model.safetensors")
+    except Exception as e:  # safetensors raises its own SafetensorError for a cut file
+        raise EagleMiniError(f"{d / 'model.safetensors'} is damaged: {e}") from None
+    if "draft_to_target" not in tensors:
+        raise EagleMiniError(f"{d / 'model.safetensors'} has no draft_to_target map")
+    return d, cfg, tensors
+
+
+def load_weights(head, tensors: dict, d: Path) -> None:
+    """Load saved weights (any float dtype) into `head`, strictly, or name the mismatch."""
+    try:
+        head.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True)
+    except RuntimeError as e:
+        raise EagleMiniError(f"{d / 'model.safetensors'} does not match its config.json: "
+                             f"{str(e).splitlines()[0]}") from None
+
+
+def check_compatible(head, target) -> None:
     """A head fits only the target it was built for: same type, hidden size and vocabulary."""
     tc, hc = target.config, head.target_config
     for what, a, b in (("layer type", tc.model_type, hc.model_type),

@@ -6,15 +6,12 @@ nothing, so every caller is told which one it got.
 """
 from pathlib import Path
 
-from .export import load_official
+from .eagle3 import KIND, Eagle3Head
+from .errors import EagleMiniError
+from .export import load_eagle3, load_official
 from .head import DraftHead, new_head
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "heads"
-
-
-def shipped_head_dir(target_name: str) -> Path | None:
-    d = SHIPPED / target_name
-    return d if (d / "config.json").exists() else None
 
 
 def repository_path(path) -> str:
@@ -31,23 +28,81 @@ def repository_path(path) -> str:
         return str(path)
 
 
-def load_head(head_dir, target=None) -> DraftHead:
-    """A head directory in our format (`DraftHead.save`) or an official EAGLE-1 checkpoint."""
+def head_kind(head) -> str:
+    """"eagle3" for an EAGLE-3 head, "eagle1" for an EAGLE-1 head (`DraftHead`)."""
+    return getattr(head, "kind", "eagle1")
+
+
+def load_head(head_dir, target=None):
+    """A head directory in our format (`DraftHead.save`, `Eagle3Head.save`, told apart by the
+    config's "kind"), an EAGLE-3 head in the authors' layout (`export.load_eagle3`) or an official
+    EAGLE-1 checkpoint."""
     d = Path(head_dir)
     if (d / "pytorch_model.bin").exists() and not (d / "model.safetensors").exists():
         return load_official(d, target)
+    if (d / "config.json").is_file():
+        cfg = (d / "config.json").read_text()
+        if '"LlamaForCausalLMEagle3"' in cfg:
+            return load_eagle3(d, target)
+        if f'"kind": "{KIND}"' in cfg:
+            return Eagle3Head.load(d, target)
     return DraftHead.load(d, target)
 
 
-def default_head(target, head_dir=None) -> tuple[DraftHead, str]:
-    """(head, one-line note saying which head it is)."""
+def shipped_heads(target_name: str) -> list[Path]:
+    """Every shipped head directory for `target_name` (its config names the target)."""
+    import json
+    out = []
+    for d in sorted(SHIPPED.glob("*/config.json")):
+        try:
+            if json.loads(d.read_text()).get("target_name") == target_name:
+                out.append(d.parent)
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def measured_tau(head_dir: Path) -> float | None:
+    """The MT-bench tau `eval-head` recorded for a shipped head
+    (`data/results/eval_head_<dir name>.json`), None if it was never evaluated."""
+    import json
+    path = SHIPPED.parent / "results" / f"eval_head_{Path(head_dir).name}.json"
+    try:
+        return json.loads(path.read_text())["mtbench"]["tau"]
+    except (OSError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+
+
+def _kind_of_dir(d: Path) -> str:
+    text = (d / "config.json").read_text()
+    return KIND if f'"kind": "{KIND}"' in text or '"LlamaForCausalLMEagle3"' in text else "eagle1"
+
+
+def default_head(target, head_dir=None, kind: str | None = None) -> tuple:
+    """(head, one-line note saying which head it is and why).
+
+    head_dir: that head. Otherwise the shipped head for the target with the highest measured
+    MT-bench tau (`measured_tau`), of `kind` ("eagle1" / "eagle3") when given; with none shipped,
+    a random EAGLE-1 head, said so."""
     if head_dir is not None:
-        return load_head(head_dir, target), f"draft head from {repository_path(head_dir)}"
-    shipped = shipped_head_dir(target.name)
-    if shipped is not None:
-        head = load_head(shipped, target)
+        head = load_head(head_dir, target)
+        if kind is not None and head_kind(head) != kind:
+            raise EagleMiniError(f"{repository_path(head_dir)} holds an {head_kind(head)} head, "
+                                 f"not an {kind} head")
+        return head, f"draft head from {repository_path(head_dir)}"
+    shipped = [d for d in shipped_heads(target.name) if kind is None or _kind_of_dir(d) == kind]
+    if shipped:
+        best = max(shipped, key=lambda d: (measured_tau(d) or 0.0, d.name))
+        head = load_head(best, target)
         seen = getattr(head, "meta", {}).get("tokens_seen")
-        where = repository_path(shipped)
-        return head, f"shipped head {where}" + (f" ({seen:,} training tokens)" if seen else "")
+        tau = measured_tau(best)
+        why = (f", MT-bench tau {tau:.2f}" if tau is not None else "") + (
+            f", best of {len(shipped)} shipped" if len(shipped) > 1 else "")
+        return head, (f"shipped {head_kind(head).upper().replace('EAGLE', 'EAGLE-')} head "
+                      f"{repository_path(best)}" + (f" ({seen:,} training tokens{why})" if seen
+                                                    else f" ({why.lstrip(', ')})" if why else ""))
+    if kind == KIND:
+        raise EagleMiniError(f"no shipped EAGLE-3 head for {target.name} yet: pass --head DIR "
+                             "(train one with `train-head --kind eagle3`)")
     return new_head(target, seed=0), ("UNTRAINED random draft head (no shipped head for "
                                       f"{target.name} yet): lossless, but it accepts almost nothing")

@@ -23,9 +23,11 @@ from .errors import EagleMiniError
 
 @dataclass
 class Step:
-    """What one target forward returns: `logits: [n, vocab]`, `features: [n, hidden]`."""
+    """What one target forward returns: `logits: [n, vocab]`, `features: [n, hidden]` and, when
+    asked for (`hidden_layers`), `layers: [n, k * hidden]`, the hidden states entering k layers."""
     logits: torch.Tensor
     features: torch.Tensor
+    layers: torch.Tensor | None = None
 
 
 class Target:
@@ -81,13 +83,16 @@ class Target:
 
     @torch.no_grad()
     def forward(self, input_ids, cache: DynamicCache, positions=None, tree_mask=None,
-                all_logits: bool = True) -> Step:
+                all_logits: bool = True, hidden_layers=None) -> Step:
         """Run n new tokens over the cached prefix and append their keys/values to `cache`.
 
         input_ids: [n] new tokens. positions: [n] absolute positions (default: right after the
         cache). tree_mask: [n, n] bool, row i = which new tokens token i may see (ancestors + self);
-        None means an ordinary causal chain (see `attention_mask_4d` for wider masks). With `all_logits=False` only the last position's
-        logits are computed (a prefill needs every feature but only one distribution).
+        None means an ordinary causal chain (see `attention_mask_4d` for wider masks). With
+        `all_logits=False` only the last position's logits are computed (a prefill needs every
+        feature but only one distribution). hidden_layers: indices into HF `hidden_states` (i = the
+        input of layer i) whose states come back concatenated as `Step.layers` (what an EAGLE-3
+        head reads, `eagle3.aux_layers`).
         """
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
         n = ids.shape[1]
@@ -102,10 +107,14 @@ class Target:
         if tree_mask is not None:
             mask = attention_mask_4d(tree_mask, past, self.dtype, self.device)
         out = self.model.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                               past_key_values=cache, use_cache=True)
+                               past_key_values=cache, use_cache=True,
+                               output_hidden_states=hidden_layers is not None)
         features = out.last_hidden_state[0]
         logits = self.model.lm_head(features if all_logits else features[-1:])
-        return Step(logits=logits.float(), features=features)
+        layers = None
+        if hidden_layers is not None:
+            layers = torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)
+        return Step(logits=logits.float(), features=features, layers=layers)
 
 
 def attention_mask_4d(tree_mask, past: int, dtype, device) -> torch.Tensor:

@@ -29,6 +29,7 @@ from scipy.stats import chisquare
 import eagle_mini.decode
 from eagle_mini.decode import generate
 from eagle_mini.draft import Draft, Drafter, DynamicTree
+from eagle_mini.eagle3 import new_eagle3_head
 from eagle_mini.head import new_head
 from eagle_mini.models import tiny_target
 from eagle_mini.sampling import warp
@@ -305,7 +306,8 @@ def world():
     target = make_target()
     target.model.to(DEVICE)
     return {"target": target,
-            "heads": {"random head": new_head(target, seed=1), "close head": close_head(target)},
+            "heads": {"random head": new_head(target, seed=1), "close head": close_head(target),
+                      "eagle3 head": new_eagle3_head(target, seed=1, layers=(0, 0, 1))},
             "laws": {w: exact_joint(target, PROMPT, 4, *WARPS[w]).sum(0) for w in WARPS}}
 
 
@@ -325,7 +327,7 @@ def eagle_samples(world, head, tree, warp_name, drafter_cls=None):
 
 
 @pytest.mark.parametrize("warp_name", WARPS)
-@pytest.mark.parametrize("head", ["random head", "close head"])
+@pytest.mark.parametrize("head", ["random head", "close head", "eagle3 head"])
 @pytest.mark.parametrize("tree, rule", [
     pytest.param(EAGLE1_TREE, SampledTreeRule, id="EAGLE-1"),
     pytest.param(EAGLE2_TREE, TopKTreeRule, id="EAGLE-2")])

@@ -17,6 +17,7 @@ from eagle_mini.training.train import (DumpSource, TrainConfig, chain_acceptance
 
 # two processes x one 24-token example per step, no input noise (each process draws its own)
 DDP_CONFIG = dict(lr=1e-3, steps=6, warmup_steps=2, batch_tokens=24, ckpt_every=100, noise=0.0)
+UNROLL = {"eagle1": 1, "eagle3": 3}
 
 
 def make_examples(n=6, length=24, vocab=64, seed=0):
@@ -150,6 +151,57 @@ def test_killed_and_resumed_run_equals_uninterrupted(tiny, tmp_path):
     assert [float(r["loss"]) for r in table] == [r["loss"] for r in log]
 
 
+@pytest.fixture(scope="module")
+def tiny3():
+    """A 4-layer tiny Llama (EAGLE-3 reads the inputs of layers 2, 2 and 1) and features with the
+    layers an EAGLE-3 head reads."""
+    from eagle_mini.eagle3 import aux_layers
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4)
+    return target, compute_features(target, make_examples(), layers=aux_layers(4))
+
+
+def test_eagle3_killed_and_resumed_run_equals_uninterrupted(tiny3, tmp_path):
+    """An EAGLE-3 head (training-time test, 3 steps) resumes exactly as an EAGLE-1 head does."""
+    from eagle_mini.eagle3 import new_eagle3_head
+    target, feats = tiny3
+    cfg = TrainConfig(lr=1e-3, steps=6, warmup_steps=2, batch_tokens=40, ckpt_every=2, unroll=3)
+    a = new_eagle3_head(target, seed=3)
+    train_head(a, target, DumpSource(feats), tmp_path / "a", cfg, log=lambda *_: None)
+    b = new_eagle3_head(target, seed=3)
+    train_head(b, target, DumpSource(feats), tmp_path / "b", cfg, stop_after=3, log=lambda *_: None)
+    b2 = new_eagle3_head(target, seed=99)
+    train_head(b2, target, DumpSource(feats), tmp_path / "b", cfg, log=lambda *_: None)
+    for (k, x), (_, y) in zip(a.state_dict().items(), b2.state_dict().items()):
+        assert torch.equal(x, y), k
+    log = [json.loads(r) for r in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, 7)) and len(log[0]["top1_steps"]) == 3
+
+
+def test_eagle3_dump_train_save_load_generate(tmp_path):
+    """Dumped layers (`dump_features(layers=...)`) train an EAGLE-3 head; saved, loaded and
+    decoding losslessly; a dump without layers is refused with a clear error."""
+    from eagle_mini.eagle3 import aux_layers, new_eagle3_head
+    from eagle_mini.heads import load_head
+    target = tiny_target("llama", seed=4, vocab_size=64, num_hidden_layers=4)
+    dump_features(target, make_examples(6, seed=4), tmp_path / "feats", {"split": "train"},
+                  shard_size=4, progress=False, layers=aux_layers(4))
+    ds = FeatureDataset(tmp_path / "feats")
+    assert ds.manifest["layers"] == [2, 2, 1] and ds[0]["layers"].shape == (24, 3 * 64)
+    head = new_eagle3_head(target, seed=0, draft_vocab=list(range(0, 64, 2)))
+    cfg = TrainConfig(lr=3e-3, steps=6, warmup_steps=2, batch_tokens=64, ckpt_every=10, unroll=2)
+    result = train_head(head, target, DumpSource(ds), tmp_path / "work", cfg,
+                        evaluate_fn=lambda h: evaluate_head(h, list(ds)[:2], steps=2),
+                        log=lambda *_: None)
+    assert 0 <= result["eval"]["top1"] <= 1
+    loaded = load_head(head.save(tmp_path / "head", dtype=torch.float32), target)
+    for (k, x), (_, y) in zip(head.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(x, y), k
+    ref = generate_vanilla(target, [1, 2, 3], 24)
+    assert generate(target, loaded, [1, 2, 3], 24, tree="eagle2").output_ids == ref.output_ids
+    with pytest.raises(EagleMiniError, match="layers"):
+        evaluate_head(head, [{k: v for k, v in ds[0].items() if k != "layers"}])
+
+
 def test_dump_train_save_load_generate(tmp_path):
     """The whole pipeline on a tiny random Llama, through the same code as the 7B path."""
     target = tiny_target("llama", seed=4, vocab_size=64)
@@ -192,7 +244,24 @@ def test_training_plan_matches_known_model_sizes():
     assert round(training_plan(BIG_CONFIGS["llama3.1-8b-instruct"], 1)["target_params_b"], 2) == 8.03
 
 
-def test_ddp_over_two_processes_equals_one_process_on_the_joint_batch(tiny, tmp_path):
+@pytest.mark.parametrize("name", ["vicuna-7b", "llama3.1-8b-instruct"])
+def test_training_plan_counts_a_real_eagle3_head(name):
+    """EAGLE-3's plan (fc 3H -> H, 2H attention input, own lm_head over the draft vocabulary, 4H
+    of features per token) counts the parameters of an `Eagle3Head` built on the meta device."""
+    from transformers import LlamaConfig
+    from eagle_mini.eagle3 import Eagle3Head
+    from eagle_mini.models import BIG_CONFIGS
+    from eagle_mini.training.commands import training_plan
+    config = BIG_CONFIGS[name]
+    with torch.device("meta"):
+        head = Eagle3Head(LlamaConfig(**config), draft_vocab=list(range(32_000)))
+    plan = training_plan(config, tokens=1_000, kind="eagle3", draft_vocab=32_000)
+    assert round(plan["head_params_m"] * 1e6) == sum(p.numel() for p in head.parameters())
+    assert plan["feature_disk_gb"] == 1_000 * 4 * config["hidden_size"] * 2 / 1e9
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_ddp_over_two_processes_equals_one_process_on_the_joint_batch(tiny, tiny3, tmp_path, kind):
     """`torchrun` with 2 CPU processes (accelerate sets up gloo DDP from its environment, as it does
     for NCCL under `accelerate launch` on GPUs): each process trains on its own share,
     the gradients are averaged, so the weights equal one process trained on both shares as one
@@ -204,14 +273,20 @@ def test_ddp_over_two_processes_equals_one_process_on_the_joint_batch(tiny, tmp_
     here = Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": f"{here}:{here.parent}", "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          str(here / "ddp_worker.py"), str(tmp_path / "ddp")],
+                          str(here / "ddp_worker.py"), str(tmp_path / "ddp"), kind],
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     ranks = [torch.load(tmp_path / "ddp" / f"rank{i}.pt") for i in range(2)]
-    target, feats = tiny
-    head = new_head(target, seed=3)
+    if kind == "eagle3":  # the training-time test's unrolled steps run inside one DDP forward
+        from eagle_mini.eagle3 import new_eagle3_head
+        target, feats = tiny3
+        head = new_eagle3_head(target, seed=3)
+    else:
+        target, feats = tiny
+        head = new_head(target, seed=3)
     train_head(head, target, DumpSource(feats), tmp_path / "one",
-               TrainConfig(**{**DDP_CONFIG, "batch_tokens": 48}), log=lambda *_: None)
+               TrainConfig(**{**DDP_CONFIG, "batch_tokens": 48, "unroll": UNROLL[kind]}),
+               log=lambda *_: None)
     for name, value in head.state_dict().items():
         torch.testing.assert_close(ranks[0][name], ranks[1][name], atol=0, rtol=0)
         torch.testing.assert_close(ranks[0][name], value, atol=1e-5, rtol=1e-4)

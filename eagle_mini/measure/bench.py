@@ -23,7 +23,7 @@ from ..training.data import load_prompts
 from ..errors import EagleMiniError
 from .auto import choose_auto_tree, predict
 from .evaluate import pooled_tau
-from .methods import run_method
+from .methods import pick_head, run_method
 from .profile import cost_curve
 from ..results import machine_info, results_json
 
@@ -93,7 +93,7 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
                        prefix_len=prefix, progress=progress)
     auto_tree, auto_scores = None, None
     if "auto" in methods:
-        auto_tree, auto_scores = choose_auto_tree(target, head, curve, calibration)
+        auto_tree, auto_scores = choose_auto_tree(target, pick_head("auto", head), curve, calibration)
     for m in methods:  # warm-up
         run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree)
     rows = defaultdict(list)

@@ -44,7 +44,9 @@ def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_token
 
     Fewer than all 80 prompts are spread over the 8 categories (`data.evenly_spaced`)."""
     from tqdm.auto import tqdm
-    text = evaluate_head(head, validation_features(target, n_text, max_len, split="test"))
+    layers = getattr(head, "aux_layers", None)  # an EAGLE-3 head reads target layers
+    text = evaluate_head(head, validation_features(target, n_text, max_len, split="test",
+                                                   layers=layers))
     runs, by_cat, depth, tries = [], {}, Counter(), Counter()
     questions = evenly_spaced(mtbench_questions(), n_prompts)
     for q in tqdm(questions, desc="eval-head MT-bench", unit="prompt", disable=not progress):

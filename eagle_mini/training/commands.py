@@ -60,12 +60,14 @@ def regenerated_for(path, target, feat, feature_dtype: str | None):
                          "with this one, or pass its --dtype as --feature-dtype")
 
 
-def validation_features(target, n: int, max_len: int, split: str = "validation"):
+def validation_features(target, n: int, max_len: int, split: str = "validation", layers=None):
+    """Features of the first n conversations of a split that have assistant tokens; `layers` (an
+    EAGLE-3 head's `aux_layers`) adds the layers it reads."""
     from .data import iter_conversations
     from .features import compute_features
     examples = [e for e in iter_conversations(split, target.tokenizer, max_len=max_len,
                                               max_conversations=n) if sum(e.loss_mask)]
-    return compute_features(target, examples)
+    return compute_features(target, examples, layers=layers)
 
 
 def featurizer(target, dtype: str):
@@ -92,19 +94,27 @@ def train_command(args, target, log=print) -> dict:
                       batch_tokens=args.batch_tokens, max_len=args.max_len, seed=args.seed,
                       ckpt_every=args.ckpt_every, log_every=args.log_every,
                       eval_every=args.eval_every, ce_vocab=args.ce_vocab,
-                      unroll=getattr(args, "unroll", 1),
+                      unroll=getattr(args, "unroll", None),
                       unroll_decay=getattr(args, "unroll_decay", 0.8),
                       mixed_precision=getattr(args, "mixed_precision", "no"),
                       feature_dtype=getattr(args, "feature_dtype", None) or "")
     work = Path(args.work or Path("runs") / Path(args.out).name)
     prior = {}
     if args.init:
-        head = DraftHead.load(args.init, target).float()
+        from ..heads import load_head
+        head = load_head(args.init, target).float()
         prior = getattr(head, "meta", {})
         head.attach(target)
     else:
         vocab = frequent_tokens(target, args.draft_vocab) if args.draft_vocab else None
-        head = new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias)
+        if getattr(args, "kind", "eagle1") == "eagle3":
+            from ..eagle3 import new_eagle3_head
+            head = new_eagle3_head(target, seed=args.seed, draft_vocab=vocab)
+        else:
+            head = new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias)
+    layers = getattr(head, "aux_layers", None)
+    if cfg.unroll is None:
+        cfg.unroll = 7 if layers else 1   # EAGLE-3's 7 unrolled steps; EAGLE-1's single step
     for p in target.model.parameters():
         p.requires_grad_(False)
     vocab_ids = None
@@ -118,6 +128,9 @@ def train_command(args, target, log=print) -> dict:
         from .features import FeatureDataset
         ds = FeatureDataset(args.features)
         ds.check_target(target)
+        if layers and ds.manifest.get("layers") != list(layers):
+            raise EagleMiniError(f"{args.features} holds no layers {list(layers)} for an EAGLE-3 "
+                                 "head: dump them with `dump-features --eagle3`")
         source = DumpSource(ds)
     else:
         feat, data = featurizer(target, cfg.feature_dtype), None
@@ -125,8 +138,8 @@ def train_command(args, target, log=print) -> dict:
             data, regenerated = regenerated_for(args.regenerated, target, feat, cfg.feature_dtype)
         source = StreamingSource(feat, "train",
                                  max_len=cfg.max_len, cursor=start, data=data,
-                                 wrap=getattr(args, "wrap", False))
-    val = validation_features(target, args.eval_conversations, cfg.max_len)
+                                 wrap=getattr(args, "wrap", False), layers=layers)
+    val = validation_features(target, args.eval_conversations, cfg.max_len, layers=layers)
     result = train_head(head, target, source, work, cfg, stop_after=args.stop_after,
                         evaluate_fn=lambda h: evaluate_head(h, val), vocab_ids=vocab_ids, log=log)
     state = result["state"]
@@ -157,10 +170,20 @@ def train_command(args, target, log=print) -> dict:
 
 def write_card(out: Path, target_name: str, head, meta: dict) -> None:
     """README.md of a head: what it is, every training round with its command and metrics."""
-    lines = [f"# EAGLE draft head for {target_name}", "",
-             f"One decoder layer + fc ({sum(p.numel() for p in head.parameters()):,} trainable "
-             f"parameters), input `{head.input_mode}`, draft vocabulary {head.draft_vocab_size:,} "
-             f"tokens, fc bias {head.fc.bias is not None}. Weights: bf16 `model.safetensors`.", "",
+    params = sum(p.numel() for p in head.parameters())
+    if getattr(head, "kind", "eagle1") == "eagle3":
+        what = (f"# EAGLE-3 draft head for {target_name}", f"fc 3H -> H over the hidden states "
+                f"entering layers {', '.join(map(str, head.aux_layers))}, one decoder layer with "
+                f"2H attention input, final norm and its own lm_head ({params:,} trainable "
+                f"parameters), draft vocabulary {head.draft_vocab_size:,} tokens. Weights: bf16 "
+                "`model.safetensors` (`python -m eagle_mini export --format eagle3` writes the "
+                "authors' layout).")
+    else:
+        what = (f"# EAGLE draft head for {target_name}", f"One decoder layer + fc ({params:,} "
+                f"trainable parameters), input `{head.input_mode}`, draft vocabulary "
+                f"{head.draft_vocab_size:,} tokens, fc bias {head.fc.bias is not None}. Weights: "
+                "bf16 `model.safetensors`.")
+    lines = [what[0], "", what[1], "",
              f"Cumulative: {meta['tokens_seen']:,} training tokens, "
              f"{meta['train_seconds'] / 3600:.2f} h of training wall time.", "",
              "## How to continue training it", "",
@@ -191,13 +214,16 @@ def plot_log(log_path: Path, png: Path) -> None:
     from matplotlib.figure import Figure   # no pyplot: leaves a notebook's backend alone
     rows = [json.loads(r) for r in Path(log_path).read_text().splitlines()]
     steps = [r["step"] for r in rows]
-    fig = Figure(figsize=(12, 3.2))
-    axes = fig.subplots(1, 3)
-    for ax, key in zip(axes, ("reg", "cls", "top1")):
+    titles = {"reg": "SmoothL1 feature loss", "cls": "soft CE (token) loss",
+              "loss": "training-time test loss (sum of 0.8^k CE_k)",
+              "top1": "train top-1 vs target argmax"}
+    keys = [k for k in ("reg", "cls", "top1") if k in rows[0]] if "reg" in rows[0] else ["loss", "top1"]
+    fig = Figure(figsize=(4 * len(keys), 3.2))
+    axes = fig.subplots(1, len(keys))
+    for ax, key in zip(axes, keys):
         ax.plot(steps, [r[key] for r in rows], lw=0.8)
         ax.set_xlabel("optimizer step")
-        ax.set_title({"reg": "SmoothL1 feature loss", "cls": "soft CE (token) loss",
-                      "top1": "train top-1 vs target argmax"}[key], fontsize=9)
+        ax.set_title(titles[key], fontsize=9)
     fig.suptitle("Draft head training (eagle_mini train-head)", fontsize=10)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
@@ -206,19 +232,33 @@ def plot_log(log_path: Path, png: Path) -> None:
 
 
 
-def training_plan(config: dict, tokens: int, feature_bytes: int = 2) -> dict:
+def training_plan(config: dict, tokens: int, feature_bytes: int = 2, kind: str = "eagle1",
+                  draft_vocab: int | None = None) -> dict:
     """Disk and memory a head training run needs: the numbers the README and notebook 03 quote.
 
-    Features: tokens x hidden x 2 bytes (fp16). Target in bf16: its parameter count x 2 bytes.
-    Head: fc (2H x H + H) and one decoder layer, trained with AdamW in fp32 (weights, grads and two
-    moments: 16 bytes per parameter).
+    Features: tokens x width x `feature_bytes` (fp16/bf16): width H for an EAGLE-1 head; for an
+    EAGLE-3 head (`kind="eagle3"`) its three layers plus the last feature for the labels, 4H.
+    Target in bf16: its parameter count x 2 bytes. Head, trained with AdamW in fp32 (weights,
+    grads and two moments: 16 bytes per parameter): EAGLE-1, fc (2H x H + H) and one decoder layer
+    without input norm; EAGLE-3, fc (3H x H, no bias), one layer whose q/k/v read 2H with two
+    input norms, a final norm and its own trainable lm_head (H x draft_vocab, default the whole
+    vocabulary).
     """
     h, i, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
-    attn = h * h * 2 + 2 * h * (h * kv // heads)
+    kv_width = h * kv // heads
+    attn = h * h * 2 + 2 * h * kv_width
     layer = attn + 3 * h * i + 2 * h
     target_params = config["num_hidden_layers"] * layer + 2 * v * h + h
-    head_params = 2 * h * h + h + layer - h  # no input norm
-    return {"tokens": tokens, "feature_disk_gb": tokens * h * feature_bytes / 1e9,
+    if kind == "eagle3":
+        attn3 = 2 * h * (h + 2 * kv_width) + h * h   # q, k, v read 2H; o writes H
+        head_params = 3 * h * h + attn3 + 3 * h * i + 4 * h + h * (draft_vocab or v)
+        width = 4 * h
+    elif kind == "eagle1":
+        head_params = 2 * h * h + h + layer - h  # no input norm
+        width = h
+    else:
+        raise EagleMiniError(f"unknown head kind {kind!r}; known: eagle1, eagle3")
+    return {"kind": kind, "tokens": tokens, "feature_disk_gb": tokens * width * feature_bytes / 1e9,
             "target_params_b": target_params / 1e9, "target_bf16_gb": target_params * 2 / 1e9,
             "head_params_m": head_params / 1e6, "head_adamw_fp32_gb": head_params * 16 / 1e9}

@@ -63,8 +63,11 @@ def length_batches(lengths: list[int], max_tokens_per_batch: int) -> list[list[i
 
 
 @torch.no_grad()
-def _forward(target, rows: list[list[int]]) -> list[torch.Tensor]:
-    """Right-padded batch -> fp16 features `[len_i, hidden]` per row, padding dropped."""
+def _forward(target, rows: list[list[int]], layers=None) -> list[tuple]:
+    """Right-padded batch -> per row (fp16 features `[len_i, hidden]`, bf16 layers
+    `[len_i, k * hidden]` or None), padding dropped. `layers`: indices into HF `hidden_states` whose
+    states an EAGLE-3 head reads (`eagle3.aux_layers`); bf16, since raw residual states can carry
+    activations beyond fp16's range."""
     n = max(len(r) for r in rows)
     if n > target.context_length:
         raise EagleMiniError(f"an example of {n} tokens exceeds {target.name}'s context length "
@@ -75,41 +78,51 @@ def _forward(target, rows: list[list[int]]) -> list[torch.Tensor]:
         ids[r, :len(row)] = torch.as_tensor(row, dtype=torch.long)
         mask[r, :len(row)] = 1
     # Right padding keeps every real token at positions 0..len-1, as when the row runs alone.
-    out = target.model.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
-                             use_cache=False).last_hidden_state
+    res = target.model.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
+                             use_cache=False, output_hidden_states=layers is not None)
+    out = res.last_hidden_state
     feats = [out[r, :len(row)].to("cpu", torch.float16) for r, row in enumerate(rows)]
     if not all(torch.isfinite(f).all() for f in feats):
         raise EagleMiniError(f"{target.name}'s features overflow fp16")
-    return feats
+    if layers is None:
+        return [(f, None) for f in feats]
+    stacked = torch.cat([res.hidden_states[i] for i in layers], dim=-1)
+    return [(f, stacked[r, :len(row)].to("cpu", torch.bfloat16))
+            for r, (f, row) in enumerate(zip(feats, rows))]
 
 
 def compute_features(target, examples, max_tokens_per_batch: int = 4096,
-                     progress=None) -> list[dict]:
+                     progress=None, layers=None) -> list[dict]:
     """Examples (`.input_ids`, `.loss_mask`) -> `{"input_ids": [L] long, "features": [L, H] fp16,
-    "loss_mask": [L] uint8}` in input order; `progress.update(tokens)` is called per batch."""
+    "loss_mask": [L] uint8}` in input order; `progress.update(tokens)` is called per batch.
+    With `layers` (an EAGLE-3 head's `aux_layers`) each dict also holds `layers: [L, 3H]` bf16."""
     examples = list(examples)
     rows = [list(ex.input_ids) for ex in examples]
     if any(len(ex.loss_mask) != len(r) for ex, r in zip(examples, rows)):
         raise EagleMiniError("an example's loss_mask and input_ids differ in length")
-    feats = [torch.zeros(0, target.hidden_size, dtype=torch.float16)] * len(rows)
+    width = target.hidden_size * len(layers or ())
+    feats = [(torch.zeros(0, target.hidden_size, dtype=torch.float16),
+              torch.zeros(0, width, dtype=torch.bfloat16) if layers else None)] * len(rows)
     nonempty = [i for i, r in enumerate(rows) if r]
     for batch in length_batches([len(rows[i]) for i in nonempty], max_tokens_per_batch):
         batch = [nonempty[j] for j in batch]
-        for i, f in zip(batch, _forward(target, [rows[i] for i in batch])):
+        for i, f in zip(batch, _forward(target, [rows[i] for i in batch], layers)):
             feats[i] = f
         if progress is not None:
             progress.update(sum(len(rows[i]) for i in batch))
     return [{"input_ids": torch.tensor(r, dtype=torch.long), "features": f,
-             "loss_mask": torch.tensor(list(ex.loss_mask), dtype=torch.uint8)}
-            for ex, r, f in zip(examples, rows, feats)]
+             "loss_mask": torch.tensor(list(ex.loss_mask), dtype=torch.uint8),
+             **({"layers": h} if layers else {})}
+            for ex, r, (f, h) in zip(examples, rows, feats)]
 
 
-def stream_features(target, examples_iter, max_tokens_per_batch: int = 4096, window: int = 64):
+def stream_features(target, examples_iter, max_tokens_per_batch: int = 4096, window: int = 64,
+                    layers=None):
     """Online mode (notebooks, streaming training): yield `compute_features` dicts in input order,
     sorting by length only within windows of `window` examples: nothing waits on the whole set."""
     it = iter(examples_iter)
     while chunk := list(islice(it, window)):
-        yield from compute_features(target, chunk, max_tokens_per_batch)
+        yield from compute_features(target, chunk, max_tokens_per_batch, layers=layers)
 
 
 def _pack(examples) -> dict:
@@ -149,7 +162,8 @@ def _verify(path: Path, entry: dict) -> None:
 
 def _identity(manifest: dict) -> dict:
     """What must match for a dump to resume: format, fingerprint, shard size, the info keys."""
-    return {**{k: manifest.get(k) for k in ("format", "fingerprint", "shard_size", "dtype")},
+    return {**{k: manifest.get(k) for k in ("format", "fingerprint", "shard_size", "dtype",
+                                            "layers")},
             **manifest.get("info", {})} if manifest else {}
 
 
@@ -171,7 +185,7 @@ def _write_manifest(out: Path, manifest: dict, shards: dict) -> None:
 
 def dump_features(target, examples, out_dir, manifest_info: dict, shard_size: int = 256,
                   max_tokens_per_batch: int = 4096, max_shards: int | None = None,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, layers=None) -> dict:
     """Compute features shard by shard into `out_dir`; resumable; returns the manifest.
 
     Shard k (`shard_{k:05d}.safetensors`) holds examples [k * shard_size, (k + 1) * shard_size) of
@@ -179,13 +193,14 @@ def dump_features(target, examples, out_dir, manifest_info: dict, shard_size: in
     rerun a listed shard whose file verifies (size + sha256) and whose ids/masks match the examples
     again is kept without a forward; anything else is recomputed. `manifest_info` (split, max_len,
     tokenizer, ...) and the target fingerprint must match an existing manifest: no mixing.
-    `max_shards` stops after writing that many new shards.
+    `max_shards` stops after writing that many new shards. `layers` (an EAGLE-3 head's
+    `aux_layers`) also stores the hidden states entering those layers, bf16, as `layers`.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifest = {"format": FORMAT, "fingerprint": target_fingerprint(target),
                 "info": json.loads(json.dumps(manifest_info)), "shard_size": shard_size,
-                "dtype": "float16"}
+                "dtype": "float16", **({"layers": list(layers)} if layers else {})}
     path = out / "manifest.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     was, now = _identity(old), _identity(manifest)
@@ -217,8 +232,10 @@ def dump_features(target, examples, out_dir, manifest_info: dict, shard_size: in
         packed = _pack(chunk)
         ids_hash = _sha256(b"".join(t.numpy().tobytes() for t in packed.values()))
         if k not in shards or shards[k]["examples_sha256"] != ids_hash:
-            rows = compute_features(target, chunk, max_tokens_per_batch, progress=bar)
+            rows = compute_features(target, chunk, max_tokens_per_batch, progress=bar, layers=layers)
             packed["features"] = torch.cat([r["features"] for r in rows])
+            if layers:
+                packed["layers"] = torch.cat([r["layers"] for r in rows])
             data = save_tensors(packed, metadata={"first_example": str(k * shard_size)})
             name = f"shard_{k:05d}.safetensors"
             _write_atomic(out / name, data)
@@ -263,8 +280,8 @@ class FeatureDataset:
                 self._verified.add(j)
             t = load_file(self.dir / self.shards[j]["file"])
             o = t["offsets"].tolist()
-            self._loaded = (j, [{key: t[key][a:b] for key in ("input_ids", "features", "loss_mask")}
-                                for a, b in zip(o, o[1:])])
+            keys = [k for k in ("input_ids", "features", "loss_mask", "layers") if k in t]
+            self._loaded = (j, [{key: t[key][a:b] for key in keys} for a, b in zip(o, o[1:])])
         return self._loaded[1]
 
     def __iter__(self):
@@ -292,11 +309,13 @@ class FeatureDataset:
 def dump_command(target_name: str = "smollm2-135m", data: str = "sharegpt", split: str = "train",
                  max_conversations: int | None = None, max_len: int = 2048, out: str = "features",
                  start: int = 0, shard_size: int = 256, batch_tokens: int = 4096,
-                 dtype: str = "fp32", device: str = "cpu", progress: bool = True) -> dict:
+                 dtype: str = "fp32", device: str = "cpu", progress: bool = True,
+                 eagle3: bool = False) -> dict:
     """`dump-features`: load the target, template ShareGPT with its chat template, dump (resumable).
 
     Everything but `max_conversations` identifies the dump: a larger one extends it on a rerun.
     Conversations without assistant tokens (within `max_len`) teach the head nothing: not stored.
+    eagle3: also store the layers an EAGLE-3 head reads (`eagle3.aux_layers`), 3x the disk.
     """
     if data != "sharegpt":
         raise EagleMiniError(f"unknown training data {data!r}; known: sharegpt")
@@ -307,4 +326,7 @@ def dump_command(target_name: str = "smollm2-135m", data: str = "sharegpt", spli
     examples = (ex for ex in iter_conversations(split, target.tokenizer, max_len,
                                                 max_conversations, start, read_sharegpt())
                 if any(ex.loss_mask))
-    return dump_features(target, examples, out, info, shard_size, batch_tokens, progress=progress)
+    from ..eagle3 import aux_layers
+    layers = aux_layers(target.config.num_hidden_layers) if eagle3 else None
+    return dump_features(target, examples, out, info, shard_size, batch_tokens, progress=progress,
+                         layers=layers)

@@ -32,6 +32,8 @@ from tqdm.auto import tqdm
 
 from ..errors import EagleMiniError
 from ..results import results_json
+from .chains import (chain_acceptance, loss_mask_positions, reading_ids,  # noqa: F401
+                     unrolled_predictions)
 
 
 @dataclass
@@ -46,6 +48,7 @@ class TrainConfig:
     noise: float = 0.1          # U(-noise, noise) on input features
     w_cls: float = 0.1
     unroll: int = 1             # >1: also train draft steps 1..unroll-1 on the head's own output
+    #                             (EAGLE-3 heads: the training-time test's number of steps)
     unroll_decay: float = 0.8   # weight of step k: unroll_decay ** k (EAGLE-3's 0.8)
     mixed_precision: str = "no"  # "bf16": the head's forward/backward under torch.autocast
     feature_dtype: str = ""     # streaming: featurize with a copy of the target in this dtype
@@ -56,24 +59,6 @@ class TrainConfig:
     log_every: int = 10
     ckpt_every: int = 100
     eval_every: int = 0         # 0: only at the end
-
-
-def loss_mask_positions(loss_mask: torch.Tensor) -> torch.Tensor:
-    """Which head positions i (predicting f_{i+1}) count: those whose token t_{i+1} is assistant."""
-    return loss_mask[:, 1:].float()
-
-
-def reading_ids(input_ids: torch.Tensor, token_shift: int = 1) -> torch.Tensor:
-    """Ids `r` such that the head at position i reads `r[:, i + 1]`: t_{i+1} for EAGLE's shifted
-    token (token_shift=1, `input_ids` itself), t_i for the *unshifted* token of the feature-
-    uncertainty ablation (token_shift=0, EAGLE §3.1, Fig. 8). input_ids: [b, T] -> [b, T].
-
-        >>> reading_ids(torch.tensor([[5, 6, 7]]), token_shift=0)
-        tensor([[5, 5, 6]])
-    """
-    if token_shift not in (0, 1):
-        raise EagleMiniError(f"token_shift must be 0 or 1, got {token_shift!r}")
-    return input_ids if token_shift else torch.cat([input_ids[:, :1], input_ids[:, :-1]], dim=1)
 
 
 def _step_sums(pred, f_out, weight, lm):
@@ -135,65 +120,32 @@ def eagle_loss(head, features, input_ids, loss_mask, noise: float = 0.1, w_cls: 
     return loss, parts
 
 
-def unrolled_predictions(head, features, input_ids, steps: int = 4):
-    """Chain drafts from every position at once, as decoding would make them (EAGLE §3.1).
-
-    Pass 0 reads true features: entry j = (f_j, t_{j+1}). Pass k reads pass k-1's prediction:
-    entry j = (p_{k-1, j-1}, t_{j+1}) at position j, and attends to the true entries 0..j-k plus
-    its own chain (pass m entry j-k+m, m = 1..k): exactly the head cache of a k-step chain draft
-    started at position j-k. Each pass is one forward appended to the same cache with that mask
-    (EAGLE-3's "training-time test" unrolls drafting the same way).
-    features: [1, T, H], input_ids: [1, T] -> list of `steps` tensors [T-1, H].
-    """
-    f, tok = features[0, :-1].float(), input_ids[0, 1:]
-    n = f.shape[0]
-    cache = getattr(head, "module", head).new_cache()
-    preds = [head(f[None], tok[None], cache=cache)[0]]
-    j = torch.arange(n)
-    for k in range(1, steps):
-        prev = torch.cat([preds[-1][:1] * 0, preds[-1][:-1]])  # p_{k-1, j-1}; row 0 is unused
-        mask = torch.zeros(n, (k + 1) * n, dtype=torch.bool)
-        mask[:, :n] = j[None, :] <= (j[:, None] - k)               # true entries 0..j-k
-        for m in range(1, k + 1):                                   # the chain, self included
-            mask[j, m * n + (j - k + m).clamp(min=0)] = True
-        preds.append(head(prev[None], tok[None], cache=cache, positions=j, tree_mask=mask)[0])
-    return preds
+def pad_layers(examples, device) -> torch.Tensor:
+    """Feature dicts with `layers` (EAGLE-3) -> right-padded layers [b, T, 3H], fp32."""
+    t = max(len(e["input_ids"]) for e in examples)
+    out = torch.zeros(len(examples), t, examples[0]["layers"].shape[-1])
+    for i, e in enumerate(examples):
+        out[i, :len(e["input_ids"])] = e["layers"].float()
+    return out.to(device)
 
 
-@torch.no_grad()
-def chain_acceptance(head, features, input_ids, loss_mask, steps: int = 4,
-                     token_shift: int = 1, inputs=None) -> dict:
-    """n-alpha for n = 0..steps-1 (reference §6), teacher-forced on one sequence, as counts.
+class Objective(torch.nn.Module):
+    """The head and its training loss as one module, so that one `forward` is one optimizer
+    step's whole graph: under DDP (`accelerate launch`) the unrolled draft steps are then inside a
+    single forward. EAGLE-3 heads get the training-time test (`eagle3.ttt_loss`), EAGLE-1 heads
+    `eagle_loss`."""
 
-    n-alpha = acceptance of the draft token at chain step n given that every earlier step was
-    accepted -- and that the text's token agrees with the target's choice there, so that the chain
-    is one greedy decoding would have followed. 0-alpha is top-1 accuracy against the target's
-    argmax. Returns {n: (accepted, tried)} so callers can pool sequences.
-    token_shift=0: a head that reads the unshifted token t_j at entry j (`reading_ids`); its chain
-    has the same labels and conditions, only the tokens it reads move (see `uncertainty.py`).
-    inputs: what the head reads where it is not the feature itself (an EAGLE-3 fused head's
-    normalized layers, `eagle3.head_inputs`); `features` still give the labels.
-    """
-    f = features[0].float()
-    target_next = (f[1:] @ head._shared["target_lm_head"].T).argmax(-1)  # target's t_{j+2}
-    preds = unrolled_predictions(head, features if inputs is None else inputs,
-                                 reading_ids(input_ids, token_shift), steps)
-    tok = input_ids[0]
-    n = f.shape[0] - 1
-    agree = torch.zeros(n, dtype=torch.bool)
-    agree[:-1] = tok[2:] == target_next[:-1]
-    counts, corrects = {}, []
-    for k, p in enumerate(preds):
-        correct = head.draft_to_target[head.draft_logits(p).argmax(-1)] == target_next
-        ok = loss_mask[0, 1:].bool().clone()
-        for m in range(k):  # chain ancestor at j-k+m: accepted, and the text followed it
-            idx = torch.arange(n) - k + m
-            anc = torch.zeros(n, dtype=torch.bool)
-            anc[idx >= 0] = corrects[m][idx[idx >= 0]] & agree[idx[idx >= 0]]
-            ok &= anc
-        counts[k] = (int((correct & ok).sum()), int(ok.sum()))
-        corrects.append(correct)
-    return counts
+    def __init__(self, head, cfg, vocab_ids=None, noise_gen=None):
+        super().__init__()
+        self.head, self.cfg, self.vocab_ids, self.noise_gen = head, cfg, vocab_ids, noise_gen
+
+    def forward(self, ids, feats, mask, layers=None):
+        cfg = self.cfg
+        if getattr(self.head, "kind", "eagle1") == "eagle3":
+            from .eagle3 import ttt_loss
+            return ttt_loss(self.head, layers, feats, ids, mask, cfg.unroll, cfg.unroll_decay)
+        return eagle_loss(self.head, feats, ids, mask, cfg.noise, cfg.w_cls, self.vocab_ids,
+                          self.noise_gen, cfg.unroll, cfg.unroll_decay)
 
 
 def pad_batch(examples, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -228,8 +180,10 @@ class StreamingSource:
     With `wrap`, the split starts again when it is used up, as `DumpSource` cycles its shards.
     """
 
-    def __init__(self, target, split="train", max_len=1024, cursor=0, data=None, wrap=False):
+    def __init__(self, target, split="train", max_len=1024, cursor=0, data=None, wrap=False,
+                 layers=None):
         from .data import SPLITS, read_sharegpt
+        self.layers = layers  # an EAGLE-3 head's `aux_layers`: featurize them too
         self.target, self.split, self.max_len, self.cursor = target, split, max_len, cursor
         self.wrap = wrap  # at the split's end, start it again (a new epoch) instead of stopping
         self.data = data if data is not None else read_sharegpt()
@@ -267,7 +221,7 @@ class StreamingSource:
 
     def materialize(self, picked) -> list[dict]:
         from .features import compute_features
-        return compute_features(self.target, picked)
+        return compute_features(self.target, picked, layers=self.layers)
 
 
 class DumpSource:
@@ -310,9 +264,6 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
     # torch's autocast, not accelerate's mixed_precision: accelerate fixes that once per process,
     # and a notebook or a test suite trains several heads in one process
     amp = {"no": None, "bf16": torch.bfloat16}[cfg.mixed_precision]
-    if cfg.unroll > 1 and accelerator.num_processes > 1:
-        raise EagleMiniError("--unroll runs one forward per draft step before the backward, which "
-                             "DDP does not allow: use one process, or --unroll 1")
     params = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas),
                                   weight_decay=cfg.weight_decay)
@@ -330,7 +281,8 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
         source.cursor = saved["cursor"]
         state = saved["state"]
         log(f"resumed from {ckpt} at step {state['step']}")
-    model, optimizer = accelerator.prepare(head, optimizer)
+    eagle3 = getattr(head, "kind", "eagle1") == "eagle3"
+    model, optimizer = accelerator.prepare(Objective(head, cfg, vocab_ids, noise_gen), optimizer)
     log_path = out / "log.jsonl"
     if log_path.exists():  # keep only what the checkpoint has seen: the resumed run rewrites the rest
         rows = [r for r in log_path.read_text().splitlines() if json.loads(r)["step"] <= state["step"]]
@@ -345,11 +297,11 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
         shares = [source.take(cfg.batch_tokens) for _ in range(accelerator.num_processes)]
         examples = source.materialize(shares[accelerator.process_index])
         ids, feats, mask = pad_batch(examples, accelerator.device)
+        layers = pad_layers(examples, accelerator.device) if eagle3 else None
         model.train()
         with torch.autocast(accelerator.device.type, dtype=amp, enabled=amp is not None):
             # weights, gradients and AdamW stay fp32; matmuls run in `amp`
-            loss, parts = eagle_loss(model, feats, ids, mask, cfg.noise, cfg.w_cls, vocab_ids,
-                                     noise_gen, cfg.unroll, cfg.unroll_decay)
+            loss, parts = model(ids, feats, mask, layers)
         optimizer.zero_grad()
         accelerator.backward(loss)
         accelerator.clip_grad_value_(params, cfg.grad_clip_value)
@@ -363,7 +315,7 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
                "tokens_seen": state["tokens_seen"], "seconds": round(state["seconds"], 2)}
         if evaluate_fn is not None and cfg.eval_every and state["step"] % cfg.eval_every == 0:
             model.eval()
-            row["eval"] = metrics = evaluate_fn(accelerator.unwrap_model(model))
+            row["eval"] = metrics = evaluate_fn(accelerator.unwrap_model(model).head)
             evaluated_at = state["step"]
         main = accelerator.is_main_process  # one writer for logs and checkpoints
         if main:
@@ -374,22 +326,22 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
         bar.update()
         if main and (state["step"] % cfg.log_every == 0 or state["step"] == 1):
             with tqdm.external_write_mode():  # lift the bar off the terminal while `log` prints
-                log(f"step {state['step']:5d}  loss {parts['loss']:.4f}  reg {parts['reg']:.4f}  "
-                    f"cls {parts['cls']:.3f}  top1 {parts['top1']:.3f}  lr {row['lr']:.2e}  "
-                    f"{tok_s:.0f} tok/s")
+                shown = "  ".join(f"{k} {parts[k]:.4f}" for k in ("loss", "reg", "cls", "top1")
+                                  if k in parts)
+                log(f"step {state['step']:5d}  {shown}  lr {row['lr']:.2e}  {tok_s:.0f} tok/s")
         if main and (state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps):
-            save_checkpoint(accelerator.unwrap_model(model), optimizer, scheduler, noise_gen,
+            save_checkpoint(accelerator.unwrap_model(model).head, optimizer, scheduler, noise_gen,
                             source.cursor, state, cfg, ckpt)
         t0 = time.perf_counter()
     bar.close()
     if accelerator.is_main_process and state["step"] - start_step and state["step"] % cfg.ckpt_every:
-        save_checkpoint(accelerator.unwrap_model(model), optimizer, scheduler, noise_gen,
+        save_checkpoint(accelerator.unwrap_model(model).head, optimizer, scheduler, noise_gen,
                         source.cursor, state, cfg, ckpt)
     if accelerator.is_main_process and log_path.exists():
         write_csv(log_path)
     if evaluate_fn is not None and state["step"] >= cfg.steps and evaluated_at != state["step"]:
         model.eval()
-        metrics = evaluate_fn(accelerator.unwrap_model(model))
+        metrics = evaluate_fn(accelerator.unwrap_model(model).head)
     return {"state": state, "eval": metrics}
 
 
@@ -423,13 +375,20 @@ def save_checkpoint(head, optimizer, scheduler, noise_gen, cursor, state, cfg, p
 @torch.no_grad()
 def acceptance_counts(head, examples_with_features, steps: int = 4, token_shift: int = 1) -> list:
     """Per example, `[[accepted, tried] for n in 0..steps-1]` of teacher-forced chains
-    (`chain_acceptance`): the units a bootstrap over conversations resamples (`measure.intervals`)."""
+    (`chain_acceptance`): the units a bootstrap over conversations resamples (`measure.intervals`).
+    An EAGLE-3 head reads each example's `layers`; its draft ids map to target ids, so top-1 is
+    over the full vocabulary."""
     out = []
+    eagle3 = getattr(head, "kind", "eagle1") == "eagle3"
     for e in examples_with_features:
         ids = torch.as_tensor(e["input_ids"])[None]
         f = e["features"].float()[None]
         mask = torch.as_tensor(e["loss_mask"])[None]
-        counts = chain_acceptance(head, f, ids, mask, steps, token_shift)
+        if eagle3 and "layers" not in e:
+            raise EagleMiniError("an EAGLE-3 head is evaluated on features with `layers` "
+                                 "(compute_features(..., layers=head.aux_layers))")
+        inputs = e["layers"].float()[None] if eagle3 else None
+        counts = chain_acceptance(head, f, ids, mask, steps, token_shift, inputs=inputs)
         out.append([list(counts[k]) for k in range(steps)])
     return out
 

@@ -1,0 +1,225 @@
+"""The EAGLE-3 draft model (EAGLE-3 §3; reference §5), as the authors define it.
+
+EAGLE-3 changes what the draft reads and what it predicts. It reads the target's hidden states of
+a low, a middle and a high layer, and it no longer has to predict the target's next feature: it
+is trained on tokens only, through the "training-time test" (`training.eagle3`).
+
+    g_i     = fc(cat(h^low_i, h^mid_i, h^high_i))             # Linear(3H -> H), no bias
+    x       = cat(input_layernorm(embed(t_{i+1})), hidden_norm(g_i))   # 2H: embedding first
+    a       = g_i + self_attn(x)                               # q, k, v read 2H; residual is g_i
+    o_i     = a + mlp(post_attention_layernorm(a))             # the layer's pre-norm output
+    p_draft = softmax(lm_head(norm(o_i)))                      # its own lm_head, draft vocabulary
+
+The h's are the hidden states *entering* decoder layers 2, L//2 and L-3 of an L-layer target
+(raw, before any norm; Hugging Face `hidden_states` indices 2, L//2, L-3). A draft step after the
+first reads o of the previous step in place of g (the width tells which: 3H is the target's, H the
+draft's own). The embedding is the target's, frozen; `lm_head` is the draft's own, over the
+reduced draft vocabulary. `draft_to_target[i]` is the target id of draft id i; the authors store it
+as the offset `d2t[i] = draft_to_target[i] - i`, and `t2d` marks the target ids that have a draft id.
+
+The head has the same interface as the EAGLE-1 head (`head.DraftHead`): `forward(features, tokens,
+cache, positions, tree_mask)`, `draft_logits`, `draft_to_target`, `new_cache`, `attach`, so the
+drafter, every tree, greedy and sampled verification and the stable cache use it unchanged; the
+decoder hands it `target.forward(..., hidden_layers=head.aux_layers)`'s layers instead of the
+feature.
+
+    >>> aux_layers(30)
+    (2, 15, 27)
+"""
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from transformers import AutoConfig
+
+from .errors import EagleMiniError
+from .head import _decoder_classes, _layer_config, check_compatible, load_weights, read_head_dir
+from .results import results_json
+
+KIND = "eagle3"
+
+
+def aux_layers(num_hidden_layers: int) -> tuple[int, int, int]:
+    """The authors' low, middle and high layers: indices of the hidden states entering layers 2,
+    L//2 and L-3 (Hugging Face `hidden_states[i]` is the input of layer i)."""
+    if num_hidden_layers < 3:
+        raise EagleMiniError(f"EAGLE-3 reads the inputs of layers 2, L//2 and L-3: a target of "
+                             f"{num_hidden_layers} layers has too few")
+    return 2, num_hidden_layers // 2, num_hidden_layers - 3
+
+
+def _module_classes(model_type: str):
+    """(Attention, MLP, RMSNorm) classes of the target's Llama-family modeling file."""
+    import importlib
+    layer_cls, _ = _decoder_classes(model_type)
+    mod = importlib.import_module(layer_cls.__module__)
+    prefix = layer_cls.__name__.removesuffix("DecoderLayer")
+    try:
+        return tuple(getattr(mod, prefix + s) for s in ("Attention", "MLP", "RMSNorm"))
+    except AttributeError:
+        raise EagleMiniError(f"no {prefix}Attention/MLP/RMSNorm in {mod.__name__}") from None
+
+
+class Eagle3Layer(nn.Module):
+    """The draft's one decoder layer ("midlayer"): attention over (embedding, fused hidden) at 2H."""
+
+    def __init__(self, layer_config):
+        super().__init__()
+        attention_cls, mlp_cls, norm_cls = _module_classes(layer_config.model_type)
+        hidden, eps = layer_config.hidden_size, layer_config.rms_norm_eps
+        self.hidden_norm = norm_cls(hidden, eps=eps)
+        self.input_layernorm = norm_cls(hidden, eps=eps)
+        self.self_attn = attention_cls(layer_config, layer_idx=0)
+        for name in ("q_proj", "k_proj", "v_proj"):  # the same outputs, read from 2H
+            old = getattr(self.self_attn, name)
+            setattr(self.self_attn, name,
+                    nn.Linear(2 * hidden, old.out_features, bias=old.bias is not None))
+        self.post_attention_layernorm = norm_cls(hidden, eps=eps)
+        self.mlp = mlp_cls(layer_config)
+
+    def forward(self, embedded, hidden, **attn):
+        x = torch.cat([self.input_layernorm(embedded), self.hidden_norm(hidden)], dim=-1)
+        a = hidden + self.self_attn(hidden_states=x, **attn)[0]
+        return a + self.mlp(self.post_attention_layernorm(a))
+
+
+class Eagle3Head(nn.Module):
+    """fc (3H -> H) + midlayer + norm + own lm_head; `attach(target)` lends the frozen embedding."""
+
+    kind = KIND
+
+    def __init__(self, target_config, draft_vocab=None, target_name: str = "", layers=None):
+        super().__init__()
+        self.target_config = target_config
+        self.target_name = target_name
+        self.layer_config = _layer_config(target_config)
+        hidden = target_config.hidden_size
+        self.aux_layers = tuple(layers) if layers is not None else aux_layers(
+            target_config.num_hidden_layers)
+        self.fc = nn.Linear(len(self.aux_layers) * hidden, hidden, bias=False)
+        self.midlayer = Eagle3Layer(self.layer_config)
+        _, _, norm_cls = _module_classes(target_config.model_type)
+        self.norm = norm_cls(hidden, eps=self.layer_config.rms_norm_eps)
+        vocab = target_config.vocab_size
+        d2t = (torch.arange(vocab, device="cpu") if draft_vocab is None  # checked on the host
+               else torch.as_tensor(draft_vocab, device="cpu").long())
+        if d2t.numel() and (d2t.min() < 0 or d2t.max() >= vocab or d2t.unique().numel() != d2t.numel()):
+            raise EagleMiniError("a draft vocabulary must hold distinct target ids")
+        self.lm_head = nn.Linear(hidden, d2t.numel(), bias=False)
+        self.register_buffer("draft_to_target", d2t, persistent=False)
+        _, rope_cls = _decoder_classes(target_config.model_type)
+        self.rotary = rope_cls(self.layer_config)
+        self._shared = {}
+
+    # --- wiring ---------------------------------------------------------------------------
+    def attach(self, target) -> "Eagle3Head":
+        """Share the target's embedding (frozen); keep its lm_head for labels and checks only."""
+        check_compatible(self, target)
+        weight = target.model.lm_head.weight.detach()
+        self._shared = {"embed": target.model.model.embed_tokens, "target_lm_head": weight}
+        return self.to(device=weight.device, dtype=weight.dtype)
+
+    def init_from_target(self, target) -> "Eagle3Head":
+        """Warm start (ours, not the authors' random lm_head): lm_head = the target's rows of the
+        draft vocabulary, norm = the target's final norm. A head whose output equals the target's
+        last pre-norm hidden state then already predicts the target's next token."""
+        with torch.no_grad():
+            rows = target.model.lm_head.weight[self.draft_to_target.to(target.device)]
+            self.lm_head.weight.copy_(rows.to(self.lm_head.weight.dtype))
+            self.norm.weight.copy_(target.model.model.norm.weight.to(self.norm.weight.dtype))
+        return self
+
+    @property
+    def draft_vocab_size(self) -> int:
+        return self.draft_to_target.numel()
+
+    @property
+    def t2d(self) -> torch.Tensor:
+        """[vocab] bool: which target ids the draft vocabulary holds (the authors' `t2d`)."""
+        mask = torch.zeros(self.target_config.vocab_size, dtype=torch.bool,
+                           device=self.draft_to_target.device)
+        mask[self.draft_to_target] = True
+        return mask
+
+    def new_cache(self):
+        from transformers import DynamicCache
+        return DynamicCache(config=self.layer_config)
+
+    # --- computation ----------------------------------------------------------------------
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The target's embedding of `tokens`, frozen (no gradient flows into the target)."""
+        return self._shared["embed"](tokens).detach()
+
+    def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        """The layer's pre-norm outputs [n, H] -> draft logits [n, draft_vocab]."""
+        return self.lm_head(self.norm(predicted))
+
+    def forward(self, features, tokens, cache=None, positions=None, tree_mask=None):
+        """One draft step. features: [b, n, 3H] target layers (first step) or [b, n, H] the
+        draft's own outputs; tokens: [b, n] (shifted). -> pre-norm outputs [b, n, H].
+        Cache, positions and tree_mask as in `DraftHead.forward`."""
+        from .target import attention_mask_4d
+        w = self.fc.weight
+        hidden = features.to(w.dtype)
+        if hidden.shape[-1] == self.fc.in_features:
+            hidden = self.fc(hidden)
+        elif hidden.shape[-1] != self.fc.out_features:
+            raise EagleMiniError(f"an EAGLE-3 head reads {self.fc.in_features} (target layers) "
+                                 f"or {self.fc.out_features} (its own output) wide inputs, "
+                                 f"got {hidden.shape[-1]}")
+        emb = self.embed(tokens).to(w.dtype)
+        b, n, _ = hidden.shape
+        past = cache.get_seq_length() if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(past, past + n, device=hidden.device)
+        positions = torch.as_tensor(positions, device=hidden.device).view(1, n).expand(b, n)
+        if tree_mask is None:
+            tree_mask = torch.tril(torch.ones(n, n, dtype=torch.bool, device=hidden.device))
+        mask = attention_mask_4d(tree_mask, past, hidden.dtype, hidden.device).expand(b, -1, -1, -1)
+        return self.midlayer(emb, hidden, attention_mask=mask, position_ids=positions,
+                             past_key_values=cache, use_cache=cache is not None,
+                             position_embeddings=self.rotary(hidden, positions))
+
+    # --- save / load ----------------------------------------------------------------------
+    def config_dict(self) -> dict:
+        return {"format": "eagle_mini.head/1", "kind": KIND, "target_name": self.target_name,
+                "target_config": self.target_config.to_dict(), "aux_layers": list(self.aux_layers),
+                "draft_vocab_size": self.draft_vocab_size}
+
+    def save(self, out_dir, dtype=torch.bfloat16, extra: dict | None = None) -> Path:
+        """safetensors (weights + draft vocabulary map) + config.json, as `DraftHead.save`."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
+        tensors["draft_to_target"] = self.draft_to_target.cpu().contiguous()
+        save_file(tensors, out / "model.safetensors")
+        (out / "config.json").write_text(results_json({**self.config_dict(), **(extra or {})}))
+        return out
+
+    @classmethod
+    def load(cls, head_dir, target=None) -> "Eagle3Head":
+        """Load a head saved by `save` and attach it; errors as `DraftHead.load`."""
+        d, cfg, tensors = read_head_dir(head_dir)
+        if cfg.get("kind") != KIND:
+            raise EagleMiniError(f"{d} holds a {cfg.get('kind', 'eagle1')} head, not an EAGLE-3 head")
+        try:
+            target_config = AutoConfig.for_model(**cfg["target_config"])
+            head = cls(target_config, draft_vocab=tensors.pop("draft_to_target"),
+                       target_name=cfg.get("target_name", ""), layers=cfg.get("aux_layers"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise EagleMiniError(f"{d / 'config.json'} is damaged or not a head config "
+                                 f"({type(e).__name__}: {e})") from None
+        load_weights(head, tensors, d)
+        head.meta = cfg
+        return head.attach(target) if target is not None else head
+
+
+def new_eagle3_head(target, seed: int = 0, draft_vocab=None, warm_start: bool = True,
+                    **kw) -> Eagle3Head:
+    """A randomly initialized EAGLE-3 head for `target`, attached; `warm_start` copies the
+    target's lm_head rows and final norm (`Eagle3Head.init_from_target`)."""
+    torch.manual_seed(seed)
+    head = Eagle3Head(target.config, draft_vocab=draft_vocab, target_name=target.name, **kw)
+    head = head.float().attach(target)
+    return head.init_from_target(target) if warm_start else head

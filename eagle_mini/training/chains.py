@@ -1,0 +1,88 @@
+"""Draft chains run from every position at once, as decoding runs them (EAGLE §3.1, EAGLE-3 §3).
+
+Both training losses and the teacher-forced n-alpha read these: `unrolled_predictions` makes the
+chains, `chain_acceptance` counts how far they would be accepted, `loss_mask_positions` says which
+positions count and `reading_ids` which token each position reads.
+"""
+import torch
+
+from ..errors import EagleMiniError
+
+
+def loss_mask_positions(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Which head positions i (predicting f_{i+1}) count: those whose token t_{i+1} is assistant."""
+    return loss_mask[:, 1:].float()
+
+
+def reading_ids(input_ids: torch.Tensor, token_shift: int = 1) -> torch.Tensor:
+    """Ids `r` such that the head at position i reads `r[:, i + 1]`: t_{i+1} for EAGLE's shifted
+    token (token_shift=1, `input_ids` itself), t_i for the *unshifted* token of the feature-
+    uncertainty ablation (token_shift=0, EAGLE §3.1, Fig. 8). input_ids: [b, T] -> [b, T].
+
+        >>> reading_ids(torch.tensor([[5, 6, 7]]), token_shift=0)
+        tensor([[5, 5, 6]])
+    """
+    if token_shift not in (0, 1):
+        raise EagleMiniError(f"token_shift must be 0 or 1, got {token_shift!r}")
+    return input_ids if token_shift else torch.cat([input_ids[:, :1], input_ids[:, :-1]], dim=1)
+
+
+def unrolled_predictions(head, features, input_ids, steps: int = 4):
+    """Chain drafts from every position at once, as decoding would make them (EAGLE §3.1).
+
+    Pass 0 reads true features: entry j = (f_j, t_{j+1}). Pass k reads pass k-1's prediction:
+    entry j = (p_{k-1, j-1}, t_{j+1}) at position j, and attends to the true entries 0..j-k plus
+    its own chain (pass m entry j-k+m, m = 1..k): exactly the head cache of a k-step chain draft
+    started at position j-k. Each pass is one forward appended to the same cache with that mask
+    (EAGLE-3's "training-time test" unrolls drafting the same way).
+    features: [1, T, H], input_ids: [1, T] -> list of `steps` tensors [T-1, H].
+    """
+    f, tok = features[0, :-1].float(), input_ids[0, 1:]
+    n = f.shape[0]
+    cache = getattr(head, "module", head).new_cache()
+    preds = [head(f[None], tok[None], cache=cache)[0]]
+    j = torch.arange(n)
+    for k in range(1, steps):
+        prev = torch.cat([preds[-1][:1] * 0, preds[-1][:-1]])  # p_{k-1, j-1}; row 0 is unused
+        mask = torch.zeros(n, (k + 1) * n, dtype=torch.bool)
+        mask[:, :n] = j[None, :] <= (j[:, None] - k)               # true entries 0..j-k
+        for m in range(1, k + 1):                                   # the chain, self included
+            mask[j, m * n + (j - k + m).clamp(min=0)] = True
+        preds.append(head(prev[None], tok[None], cache=cache, positions=j, tree_mask=mask)[0])
+    return preds
+
+
+@torch.no_grad()
+def chain_acceptance(head, features, input_ids, loss_mask, steps: int = 4,
+                     token_shift: int = 1, inputs=None) -> dict:
+    """n-alpha for n = 0..steps-1 (reference §6), teacher-forced on one sequence, as counts.
+
+    n-alpha = acceptance of the draft token at chain step n given that every earlier step was
+    accepted -- and that the text's token agrees with the target's choice there, so that the chain
+    is one greedy decoding would have followed. 0-alpha is top-1 accuracy against the target's
+    argmax. Returns {n: (accepted, tried)} so callers can pool sequences.
+    token_shift=0: a head that reads the unshifted token t_j at entry j (`reading_ids`); its chain
+    has the same labels and conditions, only the tokens it reads move (see `uncertainty.py`).
+    inputs: what the head reads where it is not the feature itself (an EAGLE-3 fused head's
+    normalized layers, `eagle3.head_inputs`); `features` still give the labels.
+    """
+    f = features[0].float()
+    target_next = (f[1:] @ head._shared["target_lm_head"].T).argmax(-1)  # target's t_{j+2}
+    preds = unrolled_predictions(head, features if inputs is None else inputs,
+                                 reading_ids(input_ids, token_shift), steps)
+    tok = input_ids[0]
+    n = f.shape[0] - 1
+    agree = torch.zeros(n, dtype=torch.bool)
+    agree[:-1] = tok[2:] == target_next[:-1]
+    counts, corrects = {}, []
+    for k, p in enumerate(preds):
+        correct = head.draft_to_target[head.draft_logits(p).argmax(-1)] == target_next
+        ok = loss_mask[0, 1:].bool().clone()
+        for m in range(k):  # chain ancestor at j-k+m: accepted, and the text followed it
+            idx = torch.arange(n) - k + m
+            anc = torch.zeros(n, dtype=torch.bool)
+            anc[idx >= 0] = corrects[m][idx[idx >= 0]] & agree[idx[idx >= 0]]
+            ok &= anc
+        counts[k] = (int((correct & ok).sum()), int(ok.sum()))
+        corrects.append(correct)
+    return counts
