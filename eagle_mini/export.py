@@ -250,5 +250,26 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
                              f"unexpected {sorted(set(got) - set(expected))}, wrong shapes "
                              f"{sorted(k for k in expected.keys() & got.keys() if expected[k] != got[k])}")
     head.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    _use_file_rope(head, cfg)
     head.meta = {"format": "eagle-3", **cfg}
     return head.float().attach(target)
+
+
+def _use_file_rope(head: Eagle3Head, cfg: dict) -> None:
+    """Draft positions rotate as the file says, not as the target does: the authors' EAGLE-3
+    training always used base 10000, and their published configs may omit `rope_theta` (their
+    loader then falls back to 10000). Read `rope_parameters` (transformers 5) or `rope_theta` /
+    `rope_scaling` (older writers); nothing there means 10000."""
+    import copy
+    from .head import _decoder_classes
+    rope = dict(cfg.get("rope_parameters") or {})
+    if "rope_theta" not in rope:
+        rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 10000.0)}
+        if cfg.get("rope_scaling"):
+            rope.update(cfg["rope_scaling"])
+            rope["rope_type"] = rope.pop("type", rope.get("rope_type", "default"))
+    layer_config = copy.deepcopy(head.layer_config)
+    layer_config.rope_parameters = rope
+    _, rope_cls = _decoder_classes(layer_config.model_type)
+    head.rotary = rope_cls(layer_config)
+    head.layer_config = layer_config

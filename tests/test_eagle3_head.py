@@ -200,3 +200,20 @@ def test_authors_layout_round_trip(tmp_path):
     assert isinstance(mine, Eagle3Head) and mine.aux_layers == head.aux_layers
     torch.testing.assert_close(mine.draft_logits(mine(x, t)), head.draft_logits(head(x, t)))
     assert load_eagle3(out, target).draft_to_target.tolist() == vocab
+
+
+def test_authors_layout_rotates_as_its_file_says(tmp_path):
+    """A published draft whose config omits rope_theta was trained with base 10000 (the authors'
+    training code ignores the target's): loading it must not take the target's base."""
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4,
+                         rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+    head = new_eagle3_head(target, seed=5)
+    out = export_eagle3(head, target, tmp_path / "e3", dtype=torch.float32)
+    assert load_head(out, target).rotary.inv_freq.equal(head.rotary.inv_freq)  # we write it
+    cfg = json.loads((out / "config.json").read_text())
+    for key in ("rope_theta", "rope_parameters", "rope_scaling"):
+        cfg.pop(key, None)
+    (out / "config.json").write_text(json.dumps(cfg))
+    base = load_head(out, target).rotary.inv_freq
+    dim = head.rotary.inv_freq.numel() * 2
+    torch.testing.assert_close(base, 1.0 / 10000.0 ** (torch.arange(0, dim, 2).float() / dim))
