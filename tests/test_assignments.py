@@ -1,5 +1,6 @@
 """The nbgrader assignments: sources earn full marks, student versions zero, a classic mistake loses
-exactly its exercise's points, nothing of a solution or a hidden test leaks, release/ is in sync.
+exactly its exercise's points, so does calling the package's private helper, nothing of a solution
+or a hidden test leaks, release/ is in sync.
 
 Autograding runs one kernel per notebook (seconds each, mostly importing torch), so one
 module-scoped fixture grades every notebook these tests need in a single throwaway course.
@@ -11,7 +12,7 @@ import re
 import pytest
 
 from eagle_mini.course.assignments import (RELEASE, SOURCE, grade, grade_ids, main, random_choices,
-                                    reference_off, release, source_notebooks)
+                                           release, source_notebooks)
 from eagle_mini.tree import from_choices
 
 SOURCES = source_notebooks()
@@ -26,6 +27,20 @@ MISTAKES = {
     "rejection_sampling": ("if next(uniforms) < min(1.0, float(res[x] / q[x])):",
                            "if res[x] >= q[x]:",
                            "rejection_sampling_verify"),
+}
+
+# assignment: a solution that calls what the reference calls (the guard refuses the private helper)
+CHEATS = {
+    "training_loss": '''from eagle_mini.training.train import _step_sums
+
+
+def eagle_loss(head, features, input_ids, loss_mask, w_cls=0.1):
+    weight = loss_mask[:, 1:].float()
+    reg, cls, _, count = _step_sums(head(features[:, :-1], input_ids[:, 1:]), features[:, 1:],
+                                    weight, head._shared["lm_head"])
+    count = count.clamp(min=1)
+    return (reg + w_cls * cls) / count, reg / count, cls / count
+''',
 }
 
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
@@ -61,13 +76,25 @@ def with_mistake(name, tmp_path):
     return path
 
 
+def with_cheat(name, tmp_path):
+    """The student version of `name` with CHEATS[name] as its solution."""
+    notebook = read(RELEASE / name / f"{name}.ipynb")
+    for cell in notebook["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("solution"):
+            cell["source"] = CHEATS[name]
+    path = tmp_path / f"{name}_cheat.ipynb"
+    path.write_text(json.dumps(notebook))
+    return path
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Grades of every source, every released version and every mistake, from one course."""
+    """Grades of every source, released version, mistake and cheat, from one course."""
     tmp = tmp_path_factory.mktemp("submissions")
     kinds = ([("source", n, p) for n, p in SOURCES.items()]
              + [("release", n, RELEASE / n / f"{n}.ipynb") for n in SOURCES]
-             + [("mistake", n, with_mistake(n, tmp)) for n in MISTAKES])
+             + [("mistake", n, with_mistake(n, tmp)) for n in MISTAKES]
+             + [("cheat", n, with_cheat(n, tmp)) for n in CHEATS])
     grades = grade([p for _, _, p in kinds])
     return {(kind, name): g for (kind, name, _), g in zip(kinds, grades)}
 
@@ -109,6 +136,12 @@ def test_a_classic_mistake_loses_exactly_its_exercise(graded, name):
         assert score == (0 if gid == failing else most), g.report()
 
 
+def test_calling_the_references_private_helper_scores_zero(graded):
+    g = graded["cheat", "training_loss"]
+    assert all(score == 0 for score, _ in g.scores.values()), g.report()
+    assert all("_step_sums is switched off" in e for e in g.errors.values()), g.errors
+
+
 def test_released_versions_hold_no_solution_and_no_hidden_test():
     for name, path in SOURCES.items():
         source = read(path)
@@ -146,16 +179,6 @@ def test_random_choices_make_valid_trees_of_the_asked_size():
     for n in range(30):
         choices = random_choices(rng, n)
         assert len(choices) == n and from_choices(choices).num_nodes == n + 1
-
-
-def test_reference_off_refuses_the_function_by_any_name_then_restores_it():
-    import eagle_mini.tree
-    from eagle_mini.tree import chain as imported_by_name
-    with reference_off(eagle_mini.tree.chain):
-        for f in (eagle_mini.tree.chain, imported_by_name):
-            with pytest.raises(RuntimeError, match="switched off"):
-                f(2)
-    assert imported_by_name(2).parents == [-1, 0, 1]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -11,7 +11,8 @@ eagle_mini's own implementation on random inputs: the package is the oracle.
 * `grade(paths)` autogrades submitted notebooks in a throwaway course directory with a fresh
   gradebook: grade cells, hidden tests included, are restored from the sources, and every notebook
   runs in a kernel of *this* interpreter, offline, with a timeout per cell.
-* `random_choices` and `reference_off` are what the notebooks' tests import.
+* `random_choices` is what the notebooks' tests import; the guard their hidden tests run a
+  student's code under, `reference_off`, is `guard.py`.
 
 nbgrader is a development dependency; only `release` and `grade` import it.
 
@@ -58,29 +59,6 @@ def random_choices(rng, n_nodes: int, max_rank: int = 3) -> list[list[int]]:
             children[child] = 0
             paths.append(child)
     return [list(p) for p in paths[1:]]
-
-
-def _refused(*args, **kwargs):
-    raise RuntimeError("this eagle_mini function is switched off while your code is graded")
-
-
-@contextmanager
-def reference_off(*functions):
-    """While the block runs, calling any of `functions` raises RuntimeError, by whatever name.
-
-    Hidden tests compute the expected values with eagle_mini first, then run the student's code in
-    this block: a solution that calls the reference scores nothing. `mock.patch` replaces one module
-    attribute and misses a name bound by `from ... import`; swapping the code object reaches every
-    alias. functions: plain functions or methods without closures, e.g. `Tree.__post_init__`.
-    """
-    saved = [f.__code__ for f in functions]
-    try:
-        for f in functions:
-            f.__code__ = _refused.__code__
-        yield
-    finally:
-        for f, code in zip(functions, saved):
-            f.__code__ = code
 
 
 # ---------------------------------------------------------------- the instructor's side
