@@ -1,7 +1,7 @@
 # eagle_mini: two commands do all set-up on a fresh machine.
 #   make demo   - create .venv, install pinned packages and the course assets, run the main job
 #   make test   - the same set-up if needed, then the whole test suite (pytest + notebooks)
-#   make assignments / make grade SUBMISSION=nb.ipynb - nbgrader classroom assignments
+#   make assignments / make grade SUBMISSION=nb.ipynb - student editions and autograding (nbgrader)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -33,11 +33,13 @@ ifneq ($(NOTEBOOKS),)
 	EAGLE_MINI_SCALE=ci $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider $(NOTEBOOKS)
 endif
 
-# Student versions of notebooks/assignments/source/* (solutions and hidden tests stripped).
+# Student editions (solutions and hidden tests stripped) of notebooks/assignments/source/* in
+# notebooks/assignments/release/, and of every numbered notebook in notebooks/student/.
 assignments: $(STAMP)
 	$(PY) -m eagle_mini.course.assignments release
 
-# Autograde one submitted notebook with the hidden tests: points per exercise and the total.
+# Autograde one submitted notebook, an assignment or a numbered notebook, with the hidden tests:
+# points per exercise and the total.
 grade: $(STAMP)
 	$(PY) -m eagle_mini.course.assignments grade "$(SUBMISSION)"
 

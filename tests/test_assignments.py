@@ -1,18 +1,19 @@
 """The nbgrader assignments: sources earn full marks, student versions zero, a classic mistake loses
 exactly its exercise's points, so does calling the package's private helper, nothing of a solution
-or a hidden test leaks, release/ is in sync.
+or a hidden test leaks, and release/ and student/ are what `make assignments` writes.
 
 Autograding runs one kernel per notebook (seconds each, mostly importing torch), so one
-module-scoped fixture grades every notebook these tests need in a single throwaway course.
+module-scoped fixture grades every notebook these tests need, in two throwaway courses at once.
 """
 import json
 import random
 import re
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from eagle_mini.course.assignments import (RELEASE, SOURCE, grade, grade_ids, main, random_choices,
-                                           release, source_notebooks)
+from eagle_mini.course.assignments import (RELEASE, SOURCE, STUDENT, grade, grade_ids, main,
+                                           random_choices, release, source_notebooks)
 from eagle_mini.tree import from_choices
 
 SOURCES = source_notebooks()
@@ -87,15 +88,23 @@ def with_cheat(name, tmp_path):
     return path
 
 
+def grade_in_two_processes(paths):
+    """grade(paths) in two nbgrader courses at once, one per core: grades in the order of paths."""
+    grades = [None] * len(paths)
+    with ProcessPoolExecutor(2) as pool:
+        grades[0::2], grades[1::2] = pool.map(grade, [paths[0::2], paths[1::2]])
+    return grades
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Grades of every source, released version, mistake and cheat, from one course."""
+    """Grades of every source, released version, mistake and cheat."""
     tmp = tmp_path_factory.mktemp("submissions")
     kinds = ([("source", n, p) for n, p in SOURCES.items()]
              + [("release", n, RELEASE / n / f"{n}.ipynb") for n in SOURCES]
              + [("mistake", n, with_mistake(n, tmp)) for n in MISTAKES]
              + [("cheat", n, with_cheat(n, tmp)) for n in CHEATS])
-    grades = grade([p for _, _, p in kinds])
+    grades = grade_in_two_processes([p for _, _, p in kinds])
     return {(kind, name): g for (kind, name, _), g in zip(kinds, grades)}
 
 
@@ -159,19 +168,21 @@ def test_released_versions_hold_no_solution_and_no_hidden_test():
 
 
 def normalized(notebook):
-    """What a student sees and nbgrader checks: cell kinds, sources, nbgrader metadata."""
+    """What a student sees and nbgrader checks: cell kinds, sources, outputs, nbgrader metadata."""
     return {"kernelspec": notebook["metadata"].get("kernelspec"),
-            "cells": [(c["cell_type"], "".join(c["source"]), c["metadata"].get("nbgrader"))
-                      for c in notebook["cells"]]}
+            "cells": [(c["cell_type"], "".join(c["source"]), c.get("outputs"),
+                       c["metadata"].get("nbgrader")) for c in notebook["cells"]]}
 
 
-def test_committed_release_is_what_make_assignments_writes(tmp_path):
-    fresh = release(out=tmp_path)
-    committed = sorted(p.relative_to(RELEASE) for p in RELEASE.rglob("*") if p.is_file())
-    assert committed == sorted(p.relative_to(tmp_path) for p in fresh), "run `make assignments`"
-    for path in fresh:
-        assert normalized(read(path)) == normalized(read(RELEASE / path.relative_to(tmp_path))), \
-            f"{path.name} is out of date: run `make assignments`"
+def test_committed_student_editions_are_what_make_assignments_writes(tmp_path):
+    fresh = release(out=tmp_path / "release", student=tmp_path / "student")
+    for committed, new in ((RELEASE, tmp_path / "release"), (STUDENT, tmp_path / "student")):
+        files = sorted(p.relative_to(committed) for p in committed.rglob("*") if p.is_file())
+        assert files == sorted(p.relative_to(new) for p in fresh if new in p.parents), \
+            f"{committed} is out of date: run `make assignments`"
+        for path in files:
+            assert normalized(read(new / path)) == normalized(read(committed / path)), \
+                f"{committed / path} is out of date: run `make assignments`"
 
 
 def test_random_choices_make_valid_trees_of_the_asked_size():
@@ -181,13 +192,19 @@ def test_random_choices_make_valid_trees_of_the_asked_size():
         assert len(choices) == n and from_choices(choices).num_nodes == n + 1
 
 
+UNGRADED = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "no exercise"}],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
 @pytest.mark.parametrize("args, message", [
     (["grade", ""], "say which notebook"),
     (["grade", "no/such/notebook.ipynb"], "is not a file"),
     (["grade", str(SOURCE.parent / "README.md")], "is not a Jupyter notebook"),
-    (["grade", str(SOURCE.parent.parent / "05_verification.ipynb")], "no graded cell of any"),
+    (["grade", "{ungraded}"], "no graded cell of any"),
 ])
-def test_a_bad_submission_is_one_line_and_exit_code_2(capsys, args, message):
-    assert main(args) == 2
+def test_a_bad_submission_is_one_line_and_exit_code_2(capsys, tmp_path, args, message):
+    ungraded = tmp_path / "notes.ipynb"
+    ungraded.write_text(json.dumps(UNGRADED))
+    assert main([a.format(ungraded=ungraded) for a in args]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and re.search(message, err), err

@@ -1,18 +1,27 @@
-"""Classroom assignments with nbgrader: the helpers their tests use, releasing and autograding.
+"""Classroom exercises with nbgrader: student editions and autograding, for two kinds of notebook.
 
-Seven assignments, one idea of EAGLE / EAGLE-2 each, live in nbgrader's course layout under
-`notebooks/assignments/source/<name>/<name>.ipynb`. Each asks for one or two functions in solution
-cells and grades them in locked cells whose visible asserts and hidden tests compare them with
-eagle_mini's own implementation on random inputs: the package is the oracle.
+* The seven assignments, in nbgrader's course layout
+  `notebooks/assignments/source/<name>/<name>.ipynb`: one idea of EAGLE / EAGLE-2 each, graded
+  whole (they run in seconds on tiny models).
+* The inline exercises of the numbered notebooks `notebooks/NN_*.ipynb`, marked the same way:
+  nbgrader cell metadata (solution cells, graded cells with points), `### BEGIN SOLUTION` and
+  `### BEGIN HIDDEN TESTS` regions. A whole notebook runs for minutes, so grading runs only what
+  its exercises need (`grading_notebook`): the definitions (imports, functions, classes, constants)
+  of the cells tagged `exercise-setup`, of the solutions and of the graded cells, then the
+  hidden tests.
+
+Graded cells compare the student's function with eagle_mini's on random inputs (the package is the
+oracle); hidden tests run the student's code inside `guard.reference_off`.
 
 * `release()` runs nbgrader's `generate_assignment` (solutions replaced by a stub, hidden tests
-  removed) in a throwaway course directory and writes the student versions to
-  `notebooks/assignments/release/`; the output is deterministic, so it is committed.
-* `grade(paths)` autogrades submitted notebooks in a throwaway course directory with a fresh
-  gradebook: grade cells, hidden tests included, are restored from the sources, and every notebook
-  runs in a kernel of *this* interpreter, offline, with a timeout per cell.
-* `random_choices` is what the notebooks' tests import; the guard their hidden tests run a
-  student's code under, `reference_off`, is `guard.py`.
+  removed) in a throwaway course directory and writes the student editions: every assignment to
+  `notebooks/assignments/release/<name>/`, every numbered notebook to `notebooks/student/`.
+  Solution and graded cells start without output, the narration keeps its outputs. The output is
+  deterministic, so it is committed.
+* `grade(paths)` autogrades submitted notebooks of both kinds in a throwaway course directory with
+  a fresh gradebook: graded cells, hidden tests included, are restored from the sources, and every
+  notebook runs in a kernel of *this* interpreter, offline, with a timeout per cell.
+* `random_choices` is a helper the notebooks' tests import.
 
 nbgrader is a development dependency; only `release` and `grade` import it.
 
@@ -20,6 +29,7 @@ nbgrader is a development dependency; only `release` and `grade` import it.
     python -m eagle_mini.course.assignments grade path/to/submitted.ipynb
 """
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -32,10 +42,19 @@ from pathlib import Path
 
 from ..errors import EagleMiniError
 
-ASSIGNMENTS = Path(__file__).resolve().parents[2] / "notebooks" / "assignments"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+ASSIGNMENTS = NOTEBOOKS / "assignments"
 SOURCE = ASSIGNMENTS / "source"
 RELEASE = ASSIGNMENTS / "release"
-CELL_TIMEOUT = 120  # seconds a cell may run when autograding; every assignment cell needs a few
+STUDENT = NOTEBOOKS / "student"
+SETUP_TAG = "exercise-setup"  # a numbered notebook's cell whose definitions its exercises need
+HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
+CELL_TIMEOUT = 120  # seconds a cell may run when autograding; every graded cell needs a few
+# The first cell grading runs in a numbered notebook: nbgrader zeroes a graded cell that writes to
+# stderr, so warnings are silenced; the tests run tiny models, fastest on one thread.
+PRELUDE = ("import warnings\n\nimport torch\n\n"
+           "warnings.simplefilter(\"ignore\")\ntorch.set_num_threads(1)\n")
+DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 # ---------------------------------------------------------------- used by the notebooks' tests
@@ -77,6 +96,82 @@ def grade_ids(notebook: dict) -> list[str]:
             if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
 
 
+def numbered_notebooks(folder: Path = NOTEBOOKS) -> dict[str, Path]:
+    """Numbered notebook name -> its path `NN_*.ipynb`, sorted: every one gets a student edition."""
+    return {p.stem: p for p in sorted(folder.glob("[0-9]*.ipynb"))}
+
+
+def _nbgrader(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _is_definition(node: ast.stmt) -> bool:
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        try:
+            ast.literal_eval(node.value)  # a constant, e.g. ROOT = -1
+            return True
+        except (ValueError, TypeError):
+            return False
+    return isinstance(node, DEFINITIONS)
+
+
+def _definitions(source: str) -> str:
+    """A cell's top-level imports, functions, classes and constants, without the statements that
+    run them on the notebook's own data. A cell that does not parse is kept whole (it fails).
+
+    >>> print(_definitions("import math\\nN = 4\\ndef f(x):\\n    return x\\nprint(f(N))"), end="")
+    import math
+    N = 4
+    def f(x):
+        return x
+    """
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return source
+    lines, kept = source.splitlines(), []
+    # a statement runs from its first line (decorators included) to the next statement's: the
+    # comments that end a function (### END SOLUTION) belong to it
+    starts = [min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])]) for n in body]
+    for node, start, end in zip(body, starts, starts[1:] + [len(lines) + 1]):
+        if _is_definition(node):
+            kept += lines[start - 1:end - 1]
+    return "".join(line + "\n" for line in kept)
+
+
+def grading_notebook(notebook: dict, submission: dict | None = None) -> dict:
+    """What grading runs of a numbered notebook, in its order: a prelude (`PRELUDE`), then the
+    definitions (`_definitions`) of the cells tagged `exercise-setup`, of the solution cells and of
+    the graded cells, each graded cell followed by its hidden tests (one without hidden tests runs
+    whole).
+
+    The narration and its runs (SmolLM2 generations, trained heads, benchmarks: minutes) stay out,
+    and so do the visible tests, which check the solutions on those runs' data: the hidden tests
+    check the same properties on fresh tiny inputs. Solution cells come from `submission` when
+    given (matched by grade id; a missing one is empty), every other cell from `notebook`.
+    """
+    answers = {_nbgrader(c).get("grade_id"): "".join(c["source"])
+               for c in (submission or {"cells": []})["cells"] if _nbgrader(c).get("solution")}
+    cells = [{"cell_type": "code", "execution_count": None, "id": "grading-prelude",
+              "metadata": {}, "outputs": [], "source": PRELUDE}]
+    for cell in notebook["cells"]:
+        meta, source = _nbgrader(cell), "".join(cell["source"])
+        if cell["cell_type"] != "code":
+            continue
+        if meta.get("grade"):
+            visible, marker, hidden = source.partition(HIDDEN_TESTS)
+            source = _definitions(visible) + marker + hidden if marker else source
+        elif meta.get("solution"):
+            answer = source if submission is None else answers.get(meta["grade_id"], "")
+            source = _definitions(answer)
+        elif SETUP_TAG in cell["metadata"].get("tags", []):
+            source = _definitions(source)
+        else:
+            continue
+        cells.append({**cell, "source": source, "outputs": [], "execution_count": None})
+    return {**notebook, "cells": cells}
+
+
 @contextmanager
 def _environment(**variables):
     """Set environment variables (seen by the kernels nbgrader starts) for the block only."""
@@ -98,18 +193,36 @@ def _check(result: dict, what: str) -> None:
         raise EagleMiniError(f"nbgrader failed {what}:\n{tail}")
 
 
-def _strip_run_metadata(path: Path) -> None:
+def _without_run_metadata(notebook: dict) -> dict:
     """Drop the timestamps a run leaves in cell metadata: sources are committed executed, student
-    versions must not change with every run."""
-    notebook = json.loads(path.read_text())
+    editions must not change with every run."""
     for cell in notebook["cells"]:
         cell.get("metadata", {}).pop("execution", None)
-    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    return notebook
+
+
+def _write(notebook: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _student_edition(path: Path, out: Path) -> Path:
+    """Copy a notebook nbgrader generated to `out`, solution and graded cells without outputs
+    (they came from the solutions and the hidden tests); the narration keeps its outputs."""
+    notebook = json.loads(path.read_text())
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code" and _nbgrader(cell):
+            cell["outputs"], cell["execution_count"] = [], None
+            for key in ("collapsed", "scrolled"):
+                cell["metadata"].pop(key, None)
+    _write(notebook, out)
+    return out
 
 
 @contextmanager
-def _course(names, source: Path):
-    """A throwaway nbgrader course with `names` generated from `source`; yields (api, root).
+def _course(notebooks: dict[str, dict]):
+    """A throwaway nbgrader course whose assignments are `notebooks` (name -> notebook), each
+    generated; yields (api, root).
 
     Kernels: a `python3` kernelspec of this interpreter comes first on JUPYTER_PATH, so a user's
     own `python3` kernel (another environment) is never picked. nbgrader creates its gradebook by
@@ -123,38 +236,44 @@ def _course(names, source: Path):
 
     with tempfile.TemporaryDirectory(prefix="eagle_mini_course.") as tmp:
         root = Path(tmp)
-        for name in names:
-            shutil.copytree(source / name, root / "source" / name)
-            for nb in (root / "source" / name).glob("*.ipynb"):
-                _strip_run_metadata(nb)
+        for name, notebook in notebooks.items():
+            _write(_without_run_metadata(notebook), root / "source" / name / f"{name}.ipynb")
         write_kernel_spec(root / "kernels" / "python3")
         config = Config()
         config.CourseDirectory.root = str(root)
+        config.ClearOutput.enabled = False  # _student_edition clears what a student must not see
         config.Execute.timeout = CELL_TIMEOUT
         config.KernelManager.transport_encryption = "auto"  # the kernelspec offers CurveZMQ
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         with _environment(JUPYTER_PATH=str(root), PATH=path), warnings.catch_warnings():
             warnings.simplefilter("ignore", SAWarning)  # nbgrader's gradebook sessions are noisy
             api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
-            for name in names:
+            for name in notebooks:
                 _check(api.generate_assignment(name), f"to generate {name}")
             yield api, root
 
 
-def release(source: Path = SOURCE, out: Path = RELEASE) -> list[Path]:
-    """Write every assignment's student version to `out/<name>/`; returns the notebooks written.
+def release(source: Path = SOURCE, out: Path = RELEASE, numbered: Path = NOTEBOOKS,
+            student: Path = STUDENT) -> list[Path]:
+    """Write the student editions: every assignment's to `out/<name>/<name>.ipynb`, every
+    numbered notebook's to `student/<name>.ipynb`; returns the notebooks written.
 
-    Earlier versions go first, so a removed assignment disappears too (only folders that hold a
-    `<folder>.ipynb` are removed: nothing else in `out` is touched).
+    Earlier editions go first, so a removed notebook's disappears too (only `out` folders that hold
+    a `<folder>.ipynb` and `student` files named like a numbered notebook: nothing else is touched).
     """
-    names = list(source_notebooks(source))
-    out.mkdir(parents=True, exist_ok=True)
-    with _course(names, source) as (_, root):
-        for stale in source_notebooks(out).values():
+    assignments, lessons = source_notebooks(source), numbered_notebooks(numbered)
+    notebooks = {name: json.loads(path.read_text())
+                 for name, path in {**assignments, **lessons}.items()}
+    with _course(notebooks) as (_, root):
+        for stale in source_notebooks(out).values() if out.is_dir() else ():
             shutil.rmtree(stale.parent)
-        for name in names:
-            shutil.copytree(root / "release" / name, out / name)
-    return [out / name / f"{name}.ipynb" for name in names]
+        for stale in numbered_notebooks(student).values():
+            stale.unlink()
+        written = []
+        for name in notebooks:
+            to = out / name / f"{name}.ipynb" if name in assignments else student / f"{name}.ipynb"
+            written.append(_student_edition(root / "release" / name / f"{name}.ipynb", to))
+        return written
 
 
 @dataclass
@@ -194,14 +313,14 @@ def _read_notebook(path: Path) -> dict:
 
 
 def identify(path: Path, sources: dict[str, Path]) -> str:
-    """Which assignment a submitted notebook answers, from its graded cells' ids (the file may
-    have been renamed)."""
+    """Which assignment or numbered notebook a submission answers, from its graded cells' ids (the
+    file may have been renamed)."""
     ids = set(grade_ids(_read_notebook(path)))
     for name, notebook in sources.items():
         if ids & set(grade_ids(json.loads(notebook.read_text()))):
             return name
-    raise EagleMiniError(f"submission {path} has no graded cell of any assignment in "
-                         f"{', '.join(sources)}")
+    raise EagleMiniError(f"submission {path} has no graded cell of any assignment or numbered "
+                         f"notebook ({', '.join(sources)})")
 
 
 def _errors(notebook: dict) -> dict[str, str]:
@@ -215,37 +334,44 @@ def _errors(notebook: dict) -> dict[str, str]:
     return out
 
 
-def grade(submissions, source: Path = SOURCE) -> list[Grade]:
-    """Autograde submitted notebooks (any mix of assignments), one fresh kernel each."""
+def grade(submissions, source: Path = SOURCE, numbered: Path = NOTEBOOKS) -> list[Grade]:
+    """Autograde submitted notebooks (any mix of assignments and numbered notebooks), one fresh
+    kernel each. A numbered notebook is graded on its `grading_notebook`."""
     from nbgrader.api import Gradebook
 
     paths = [Path(p) for p in submissions]
-    sources = source_notebooks(source)
+    lessons = numbered_notebooks(numbered)
+    sources = {**source_notebooks(source), **lessons}
     names = [identify(p, sources) for p in paths]
-    with _course(sorted(set(names)), source) as (api, root):
+    notebooks = {name: json.loads(sources[name].read_text()) for name in sorted(set(names))}
+    graded = {name: grading_notebook(nb) if name in lessons else nb
+              for name, nb in notebooks.items()}
+    with _course(graded) as (api, root):
         for i, (path, name) in enumerate(zip(paths, names)):
-            dest = root / "submitted" / f"student{i}" / name / f"{name}.ipynb"
-            dest.parent.mkdir(parents=True)
-            shutil.copyfile(path, dest)
-        for name in sorted(set(names)):
+            submitted = _read_notebook(path)
+            if name in lessons:
+                submitted = grading_notebook(notebooks[name], submitted)
+            _write(submitted, root / "submitted" / f"student{i}" / name / f"{name}.ipynb")
+        for name in graded:
             _check(api.autograde(name, "*"), f"to autograde {name}")
         grades = []
         with Gradebook(api.coursedir.db_url) as gb:
             for i, (path, name) in enumerate(zip(paths, names)):
                 student = f"student{i}"
                 cells = {g.name: g for g in gb.find_submission_notebook(name, name, student).grades}
-                order = grade_ids(json.loads(sources[name].read_text()))
                 executed = root / "autograded" / student / name / f"{name}.ipynb"
-                scores = {gid: (cells[gid].score, cells[gid].max_score) for gid in order}
+                scores = {gid: (cells[gid].score, cells[gid].max_score)
+                          for gid in grade_ids(notebooks[name])}
                 grades.append(Grade(path, name, scores, _errors(json.loads(executed.read_text()))))
     return grades
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eagle_mini.course.assignments",
-                                     description="Release and autograde the nbgrader assignments.")
+    parser = argparse.ArgumentParser(
+        prog="python -m eagle_mini.course.assignments",
+        description="Release and autograde the assignments and the numbered notebooks' exercises.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("release", help=f"write the student versions to {RELEASE}")
+    commands.add_parser("release", help=f"write the student editions to {RELEASE} and {STUDENT}")
     grading = commands.add_parser("grade", help="autograde one submitted notebook")
     grading.add_argument("submission", nargs="?", default="", help="path to the .ipynb")
     args = parser.parse_args(argv)

@@ -1,0 +1,182 @@
+"""The numbered notebooks' inline exercises: every one is marked for grading, sources earn full
+marks, student editions zero, a submission that reaches the package's answer loses its exercise,
+and the student editions hold no solution or hidden test but keep the narration.
+
+Grading runs each notebook's `grading_notebook` (the exercises' definitions and hidden tests, not
+the notebook's minutes of runs) in a kernel of its own, about 10 s of CPU time, mostly importing
+torch and eagle_mini; the module-scoped fixture grades all the submissions these tests need in two
+processes at once (two nbgrader courses).
+"""
+import contextlib
+import json
+import re
+from unittest import mock
+
+import pytest
+
+from eagle_mini.course.assignments import (SETUP_TAG, STUDENT, grade_ids, grading_notebook,
+                                           numbered_notebooks, source_notebooks)
+from test_assignments import MARKERS, grade_in_two_processes, read, regions
+
+NOTEBOOKS = numbered_notebooks()
+GRADED = {name: path for name, path in NOTEBOOKS.items() if grade_ids(read(path))}
+
+# Notebook 01 answered by calling the package: exercise 1 returns what verify_sampling says (the
+# issue's example), exercise 2 keeps a copy of it made before the grader switches it off.
+CHEAT = "01_speculative_sampling"
+CHEATS = {
+    "nb01_speculative_step": '''def speculative_step(p, q, x, u_accept, u_draw):
+    d = one_level_draft([x], q)
+    uniforms = iter([u_accept, u_draw])
+    path, token = verify_sampling(d, p.expand(2, -1), SampledTreeRule(), uniforms=uniforms)
+    return first_new_token(d, path, token)
+''',
+    "nb01_multi_round": '''import types
+
+
+def multi_round(p, q, children, uniforms, copy=types.FunctionType(
+        verify_sampling.__code__, verify_sampling.__globals__, None, verify_sampling.__defaults__)):
+    d = one_level_draft(children, q)
+    path, token = copy(d, p.expand(len(children) + 1, -1), SampledTreeRule(), uniforms=uniforms)
+    return first_new_token(d, path, token)
+''',
+}
+
+
+def cells(notebook, **nbgrader):
+    """The cells whose nbgrader metadata has every key = value of `nbgrader`."""
+    return [c for c in notebook["cells"]
+            if all(c["metadata"].get("nbgrader", {}).get(k) == v for k, v in nbgrader.items())]
+
+
+def cheating_submission(tmp_path):
+    notebook = read(STUDENT / f"{CHEAT}.ipynb")
+    for cell in cells(notebook, solution=True):
+        cell["source"] = CHEATS[cell["metadata"]["nbgrader"]["grade_id"]]
+    path = tmp_path / "cheat.ipynb"
+    path.write_text(json.dumps(notebook))
+    return path
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grades of every source, every student edition and the cheating submission."""
+    kinds = ([("source", n, p) for n, p in GRADED.items()]
+             + [("student", n, STUDENT / f"{n}.ipynb") for n in GRADED]
+             + [("cheat", CHEAT, cheating_submission(tmp_path_factory.mktemp("cheat")))])
+    grades = grade_in_two_processes([p for _, _, p in kinds])
+    return {(kind, name): g for (kind, name, _), g in zip(kinds, grades)}
+
+
+def test_every_numbered_notebook_marks_its_exercises_for_grading():
+    assignment_ids = {gid for p in source_notebooks().values() for gid in grade_ids(read(p))}
+    seen = set()
+    for name, path in NOTEBOOKS.items():
+        notebook = read(path)
+        ids = grade_ids(notebook)
+        assert ids and all(gid.startswith(f"nb{name[:2]}_") for gid in ids), name
+        assert not (set(ids) & (seen | assignment_ids)), name  # a submission is known by its ids
+        seen |= set(ids)
+        for cell in cells(notebook, grade=True):
+            meta, source = cell["metadata"]["nbgrader"], "".join(cell["source"])
+            assert meta["points"] > 0 and meta["locked"], name
+            hidden = source.partition("### BEGIN HIDDEN TESTS")[2]
+            assert re.search(r"with .*reference_off\(", hidden), name
+            assert hidden.rstrip().endswith("### END HIDDEN TESTS"), name
+        for cell in cells(notebook, solution=True):
+            assert cell["cell_type"] == "code"
+            assert re.search(r"### BEGIN SOLUTION.*### END SOLUTION", "".join(cell["source"]), re.S)
+        tagged = [c for c in notebook["cells"] if SETUP_TAG in c["metadata"].get("tags", [])]
+        assert all(c["cell_type"] == "code" for c in tagged), name
+
+
+def test_sources_score_full_marks(graded):
+    for name, path in GRADED.items():
+        g = graded["source", name]
+        assert g.errors == {}, g.report()
+        assert all(score == most for score, most in g.scores.values()), g.report()
+        assert list(g.scores) == grade_ids(read(path))
+
+
+def test_student_editions_score_zero(graded):
+    for name in GRADED:
+        g = graded["student", name]
+        assert all(score == 0 for score, _ in g.scores.values()), g.report()
+        # only the graded cells fail, and only because the functions are not written yet
+        assert set(g.errors) == set(g.scores), g.errors
+        assert all(e.startswith("NotImplementedError") for e in g.errors.values()), g.errors
+
+
+def test_calling_the_package_or_a_copy_made_before_grading_scores_zero(graded):
+    g = graded["cheat", CHEAT]
+    assert all(score == 0 for score, _ in g.scores.values()), g.report()
+    assert "verify_sampling is switched off" in g.errors["nb01_speculative_step_test"], g.errors
+    assert "verify_sampling is switched off" in g.errors["nb01_multi_round_test"], g.errors
+
+
+def test_the_cheat_passes_every_test_when_nothing_is_switched_off(tmp_path):
+    submission = read(cheating_submission(tmp_path))
+    namespace = {}
+    with mock.patch("eagle_mini.course.guard.reference_off", lambda *f: contextlib.nullcontext()):
+        for cell in grading_notebook(read(NOTEBOOKS[CHEAT]), submission)["cells"]:
+            exec(cell["source"], namespace)
+
+
+def test_student_editions_hold_no_solution_and_no_hidden_test():
+    for name, path in NOTEBOOKS.items():
+        source, student = read(path), read(STUDENT / f"{name}.ipynb")
+        text = "\n".join("".join(c["source"]) for c in student["cells"])
+        assert not any(marker in text for marker in MARKERS), name
+        assert text.count("raise NotImplementedError()") == len(cells(source, solution=True)), name
+        lines = {line.strip() for line in text.splitlines()}
+        for begin, end in [MARKERS[:2], MARKERS[2:]]:
+            secret, public = regions(source, begin, end)
+            # a hidden test may repeat a visible line; any other secret line must be gone
+            leaked = [line for line in secret if line and line in lines and line not in public]
+            assert leaked == [], (name, leaked)
+        assert grade_ids(student) == grade_ids(source)
+
+
+def test_student_editions_keep_the_narration_and_clear_the_exercises():
+    for name, path in NOTEBOOKS.items():
+        source, student = read(path), read(STUDENT / f"{name}.ipynb")
+        assert student["metadata"] == source["metadata"], name  # widget state included
+        assert len(student["cells"]) == len(source["cells"]), name
+        for theirs, mine in zip(source["cells"], student["cells"]):
+            if mine["metadata"].get("nbgrader"):
+                assert mine.get("outputs") == [] and mine.get("execution_count") is None, name
+            else:
+                assert mine["source"] == theirs["source"], name
+                assert mine.get("outputs") == theirs.get("outputs"), name
+                assert mine.get("execution_count") == theirs.get("execution_count"), name
+
+
+def notebook(*cells_):
+    return {"cells": [{"cell_type": kind, "id": f"c{i}", "metadata": meta, "source": source,
+                       "outputs": [], "execution_count": None} for i, (kind, meta, source)
+                      in enumerate(cells_)], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_grading_runs_the_exercises_definitions_and_hidden_tests_only():
+    solution = {"nbgrader": {"grade_id": "nb99_f", "solution": True, "grade": False}}
+    tests = {"nbgrader": {"grade_id": "nb99_f_test", "solution": False, "grade": True, "points": 1}}
+    source = notebook(
+        ("markdown", {}, "# narration"),
+        ("code", {"tags": [SETUP_TAG]}, "import math\nBASE = 2\nslow = run_for_minutes()\n"),
+        ("code", {}, "result = run_for_minutes()\n"),
+        ("code", solution, "def f(x):\n    ### BEGIN SOLUTION\n    return BASE * x\n"
+                           "    ### END SOLUTION\n\n\nprint(f(result))\n"),
+        ("code", tests, "def check(g):\n    assert g(result) == 2 * result\n\n\ncheck(f)\n"
+                        "### BEGIN HIDDEN TESTS\nassert f(3) == 6\n### END HIDDEN TESTS"))
+    graded = [c["source"] for c in grading_notebook(source)["cells"]]
+    assert graded[1:] == [
+        "import math\nBASE = 2\n",
+        "def f(x):\n    ### BEGIN SOLUTION\n    return BASE * x\n    ### END SOLUTION\n\n\n",
+        "def check(g):\n    assert g(result) == 2 * result\n\n\n"
+        "### BEGIN HIDDEN TESTS\nassert f(3) == 6\n### END HIDDEN TESTS"]
+    assert "warnings.simplefilter" in graded[0]
+    answer = notebook(("code", solution, "TABLE = (0, 2, 4)\ndef f(x):\n    return TABLE[x]\n"
+                                         "f(1)\n"))
+    assert grading_notebook(source, answer)["cells"][2]["source"] == \
+        "TABLE = (0, 2, 4)\ndef f(x):\n    return TABLE[x]\n"
+    assert grading_notebook(source, notebook())["cells"][2]["source"] == ""  # deleted: nothing
