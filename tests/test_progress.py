@@ -6,7 +6,8 @@ import torch
 
 from eagle_mini import tiny_target
 from eagle_mini.head import new_head
-from eagle_mini.measure.ablation import decode_compare
+from eagle_mini.measure.ablation import decode_tau
+from eagle_mini.measure.uncertainty import BY_NAME
 from eagle_mini.measure.profile import cost_curve
 from eagle_mini.training.data import Example, ShareGPT
 from eagle_mini.training.features import compute_features
@@ -65,12 +66,12 @@ def test_cost_curve_bar_counts_every_timed_forward(tiny, capsys):
 
 def test_ablation_decoding_bar_counts_prompts(tiny, capsys):
     target, _ = tiny
-    heads = {"shifted": new_head(target, seed=2).eval()}
-    decode_compare(target, heads, [[1, 2, 3], [4, 5, 6]], 4, "eagle")
+    head = new_head(target, seed=2).eval()
+    decode_tau(target, head, BY_NAME["shifted"], [[1, 2, 3], [4, 5, 6]], 4, "eagle")
     err = capsys.readouterr().err
-    assert "decode" in err and "2/2" in err and rate("prompt", err)
-    decode_compare(target, heads, [[1, 2, 3]], 4, "eagle", progress=False)
-    assert "decode" not in capsys.readouterr().err
+    assert "tau shifted" in err and "2/2" in err and rate("prompt", err)
+    decode_tau(target, head, BY_NAME["shifted"], [[1, 2, 3]], 4, "eagle", progress=False)
+    assert "tau shifted" not in capsys.readouterr().err
 
 
 def test_regenerate_bar_counts_conversations_with_reply_tokens_per_second(smollm, tmp_path, capsys):
