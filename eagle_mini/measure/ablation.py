@@ -55,7 +55,9 @@ class AblationConfig:
     entropy_bins: int = 6
     seed: int = 0                  # the first seed; seed + 1, ... follow
     seeds: int = 3                 # training seeds per variant (initialization, data order, noise)
-    mixed_precision: str = "bf16"  # the heads' forward/backward under autocast (train.TrainConfig)
+    mixed_precision: str = "no"    # "bf16": the heads under autocast (train.TrainConfig); fp32 by
+    #                                default: a run resumes on whichever CPU the next sitting gets, and
+    #                                on one without bf16 units a bf16 matmul was 45x slower than fp32
 
 
 # `full` is sized for a few hours on 2 CPU threads, spread over sittings (SmolLM2-135M): ~5-9 min
@@ -66,11 +68,11 @@ SIZES = {
     "tiny": AblationConfig(train_tokens=1_000, val_tokens=500, max_len=256, epochs=1,
                            batch_tokens=1024, warmup=2, vocab_conversations=20, prompts=1,
                            max_new_tokens=8, contexts=20, analysis_tokens=500, entropy_bins=3,
-                           seeds=1, mixed_precision="no"),
+                           seeds=1),
     "ci": AblationConfig(train_tokens=2_000, val_tokens=800, max_len=256, epochs=2,
                          batch_tokens=1024, warmup=2, vocab_conversations=20, prompts=1,
                          max_new_tokens=12, contexts=30, analysis_tokens=800, entropy_bins=4,
-                         seeds=2, mixed_precision="no"),
+                         seeds=2),
     "full": AblationConfig(),
 }
 
