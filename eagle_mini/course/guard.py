@@ -25,6 +25,7 @@ copy of the package's source edited by hand. All of it shows in the solution cel
 the instructor guide says so.
 """
 import inspect
+import os
 import sys
 import threading
 import types
@@ -61,6 +62,11 @@ def _names(code: types.CodeType) -> set[str]:
     return names
 
 
+def _package(f) -> str:
+    """The top-level package a function comes from ("" for one made at run time)."""
+    return (f.__module__ or "").partition(".")[0]
+
+
 def _function(obj):
     """The plain function behind a method, static or class method, property or decorator."""
     obj = getattr(obj, "__func__", None) or getattr(obj, "fget", None) or obj
@@ -71,7 +77,7 @@ def _function(obj):
 def _scopes(f) -> list:
     """Where a name read by `f` may live, as lookups `name -> object or None`: its module, its
     class (for a method), and the modules of its own package that its module imported."""
-    package = f.__module__.partition(".")[0]
+    package = _package(f)
     scopes = [f.__globals__.get]
     owner, *path = f.__qualname__.split(".")[:-1] or [None]
     if owner is not None and "<locals>" not in path:
@@ -98,13 +104,13 @@ def private_helpers(functions) -> list:
     found, todo = {}, list(functions)
     while todo:
         f = todo.pop()
-        package = f.__module__.partition(".")[0]
+        package = _package(f)
         for name in sorted(_names(f.__code__)):
             if not name.startswith("_") or name.startswith("__"):
                 continue
             for scope in _scopes(f):
                 helper = _function(scope(name))
-                if (helper is not None and helper.__module__.partition(".")[0] == package
+                if (helper is not None and _package(helper) == package
                         and helper not in found and helper not in functions):
                     found[helper] = None
                     todo.append(helper)
@@ -136,9 +142,8 @@ class _Watch:
     def __init__(self, functions, helpers, refusals):
         self.keys = {fingerprint(f.__code__): (f.__qualname__, None) for f in functions}
         for f in helpers:  # the package's own code may call a helper: allowed code may need it
-            package = sys.modules[f.__module__.partition(".")[0]]
-            self.keys.setdefault(fingerprint(f.__code__),
-                                 (f.__qualname__, str(Path(package.__file__).parent)))
+            folder = str(Path(sys.modules[_package(f)].__file__).parent) + os.sep
+            self.keys.setdefault(fingerprint(f.__code__), (f.__qualname__, folder))
         self.refusals = {id(code): code.co_qualname for code in refusals}
         self.seen = {}   # id(code) -> (code, its entry in keys or None): one fingerprint per code
         self.reached = []
@@ -155,9 +160,9 @@ class _Watch:
             seen = self.seen[id(code)] = (code, self.keys.get(fingerprint(code)))
         if seen[1] is None:
             return
-        name, package_dir = seen[1]
+        name, package_folder = seen[1]
         caller = frame.f_back
-        if package_dir and caller is not None and caller.f_code.co_filename.startswith(package_dir):
+        if package_folder and caller and caller.f_code.co_filename.startswith(package_folder):
             return
         self.reached.append(name)
         raise RuntimeError(f"{name} is switched off while your code is graded")
