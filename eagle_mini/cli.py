@@ -50,6 +50,8 @@ def add_head_args(p):
 def build_parser() -> Parser:
     from .measure.bench import METHODS as BENCH_METHODS
     from .measure.methods import METHOD_NAMES
+    from .measure.rehearsal import configs
+    REHEARSAL_CONFIGS = configs()
     parser = Parser(prog="eagle-mini", description="EAGLE speculative decoding, small and tested.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
@@ -186,6 +188,8 @@ def build_parser() -> Parser:
     e.add_argument("--n-prompts", type=positive_int, default=80,
                    help="MT-bench first turns, spread over its 8 categories (default: all 80)")
     e.add_argument("--max-new-tokens", type=positive_int, default=64)
+    e.add_argument("--max-len", type=positive_int, default=1024,
+                   help="tokens per test conversation for top-1 and n-alpha")
     e.add_argument("--out", default=None, help="write the metrics JSON here")
 
     a = sub.add_parser("measure-acceptance", help="tau per prompt for tree/chain, EAGLE-2/EAGLE-1, "
@@ -213,6 +217,18 @@ def build_parser() -> Parser:
     add_target_args(o)
     o.add_argument("--head", default=None, help="head directory (default: the best shipped head)")
     o.add_argument("--out", required=True)
+
+    h = sub.add_parser("rehearse", help="the 7B dress rehearsal: every step a GPU user runs, as "
+                                        "child processes, on a 7B-shaped model with random "
+                                        "weights; time and peak RSS per step; resumable")
+    h.add_argument("--config", default="vicuna-7b", choices=REHEARSAL_CONFIGS,
+                   help="the target's shape (tiny: the same path in a minute, for tests)")
+    h.add_argument("--dir", default=None, help="model, features, heads, logs and finished steps "
+                                               "(default runs/rehearsal_<config>)")
+    h.add_argument("--out", default=None,
+                   help="results JSON (default data/results/rehearsal_<config>.json)")
+    h.add_argument("--seed", type=int, default=0, help="the model's weights and the heads' init")
+    h.add_argument("--threads", type=positive_int, default=None, help="torch threads of each step")
 
     x = sub.add_parser("experiment", help="paper experiments: `uncertainty` = the feature-"
                                           "uncertainty ablation (EAGLE Figs. 3, 4, 8); resumable")
@@ -446,7 +462,7 @@ def cmd_eval_head(args):
     print(note, file=sys.stderr)
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note,
               **eval_head(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
-                          tree=tree)}
+                          max_len=args.max_len, tree=tree)}
     text = results_json(result)
     print(text, end="")
     if args.out:
@@ -492,6 +508,16 @@ def cmd_paper_vs_ours(args):
     print(f"wrote {json_path} and {md_path}")
 
 
+def cmd_rehearse(args):
+    from .measure.rehearsal import rehearse
+    r = rehearse(args.config, args.dir, args.out, args.seed, args.threads,
+                 command="python -m eagle_mini " + " ".join(sys.argv[1:]))
+    print(f"peak RSS {r['peak_rss_gb']:.2f} GB (budget {r['budget_gb']:.1f} GB), "
+          f"{r['seconds'] / 60:.1f} min of steps ({len(r['ran_now'])} run now); resumed head = "
+          f"uninterrupted: {r['resume']['eagle1']['identical']} (EAGLE-1), "
+          f"{r['resume']['eagle3']['identical']} (EAGLE-3); wrote {r['out']}")
+
+
 def cmd_experiment(args):
     from .measure.ablation import ablation_command
     ablation_command(args, load(args))
@@ -502,7 +528,7 @@ COMMANDS = {"generate": cmd_generate, "demo": cmd_demo, "prepare": cmd_prepare,
             "bench": cmd_bench, "eval-head": cmd_eval_head, "export": cmd_export, "dump-features": cmd_dump_features,
             "regenerate": cmd_regenerate, "train-head": cmd_train_head,
             "experiment": cmd_experiment, "measure-acceptance": cmd_measure_acceptance,
-            "paper-vs-ours": cmd_paper_vs_ours}
+            "paper-vs-ours": cmd_paper_vs_ours, "rehearse": cmd_rehearse}
 
 
 def main(argv=None) -> int:

@@ -148,12 +148,19 @@ BIG_CONFIGS = {
 }
 
 
-def random_big_target(config_name: str, dtype="bf16", device: str = "cuda") -> Target:
+def big_config(config_name: str, **overrides):
+    """The Llama config of a `BIG_CONFIGS` entry (4,096 positions, untied lm_head); `overrides`
+    replace its fields, e.g. `vocab_size` for another tokenizer."""
     if config_name not in BIG_CONFIGS:
         raise EagleMiniError(f"unknown random:{config_name}; known: "
                              + ", ".join(f"random:{k}" for k in BIG_CONFIGS))
-    cfg = AutoConfig.for_model("llama", **BIG_CONFIGS[config_name], max_position_embeddings=4096,
-                               tie_word_embeddings=False)
+    fields = {**BIG_CONFIGS[config_name], "max_position_embeddings": 4096,
+              "tie_word_embeddings": False, **overrides}
+    return AutoConfig.for_model("llama", **fields)
+
+
+def random_big_target(config_name: str, dtype="bf16", device: str = "cuda") -> Target:
+    cfg = big_config(config_name)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=_dtype(dtype), attn_implementation="sdpa")
     return Target(model.eval(), tokenizer=None, name=f"random:{config_name}")

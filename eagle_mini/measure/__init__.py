@@ -6,6 +6,7 @@ n-alpha, pooled tau), `lossless` (`check-lossless`), `profile` (the cost curve c
 `packed` (prepacked CPU weights for verification forwards), `uncertainty` and `ablation` (the
 feature-uncertainty experiment), `eagle3` (EAGLE-3's ideas for notebook 07),
 `intervals` (bootstrap intervals over prompts or conversations), `acceptance`
-(`measure-acceptance`: per-prompt tau and acceptance behind the papers' claims) and `claims`
-(`paper-vs-ours`: the papers' claims against ours, one table).
+(`measure-acceptance`: per-prompt tau and acceptance behind the papers' claims), `claims`
+(`paper-vs-ours`: the papers' claims against ours, one table) and `rehearsal` (`rehearse`: the
+7B path end to end on a 7B-shaped model with random weights, time and memory per step).
 """

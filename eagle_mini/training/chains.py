@@ -67,7 +67,7 @@ def chain_acceptance(head, features, input_ids, loss_mask, steps: int = 4,
     normalized layers, `eagle3.head_inputs`); `features` still give the labels.
     """
     f = features[0].float()
-    target_next = (f[1:] @ head._shared["target_lm_head"].T).argmax(-1)  # target's t_{j+2}
+    target_next = (f[1:] @ head._shared["target_lm_head"].float().T).argmax(-1)  # target's t_{j+2}
     preds = unrolled_predictions(head, features if inputs is None else inputs,
                                  reading_ids(input_ids, token_shift), steps)
     tok = input_ids[0]

@@ -62,7 +62,9 @@ class TrainConfig:
 
 
 def _step_sums(pred, f_out, weight, lm):
-    """One draft step's loss parts, summed over weighted positions: (reg, cls, correct, count)."""
+    """One draft step's loss parts, summed over weighted positions: (reg, cls, correct, count).
+    In fp32 whatever the head's dtype (a head attached to a bf16 target is bf16)."""
+    pred = pred.float()
     reg = (F.smooth_l1_loss(pred, f_out, reduction="none").mean(-1) * weight).sum()
     with torch.no_grad():
         target_logits = f_out @ lm.T
@@ -92,6 +94,7 @@ def eagle_loss(head, features, input_ids, loss_mask, noise: float = 0.1, w_cls: 
     weight = loss_mask_positions(loss_mask)
     shared = getattr(head, "module", head)._shared  # under DDP the head is wrapped; call the wrapper
     lm = shared["lm_head"] if vocab_ids is None else shared["target_lm_head"][vocab_ids]
+    lm = lm.float()   # a bf16 target's lm_head: its logits in fp32, like the features
     if unroll <= 1:
         steps = [[_step_sums(head(f_in, input_ids[:, 1:]), f_out, weight, lm)]]
     else:

@@ -1,0 +1,359 @@
+"""The 7B dress rehearsal: every command a GPU user runs, end to end, on a 7B-shaped target.
+
+No 7B weights reach this machine, but a 7B-shaped Llama does. It is built once, with a fixed seed,
+random bf16 weights and SmolLM2's tokenizer and chat template (vocabulary 49,152), and saved as
+safetensors in `DIR/model`; every step then runs the real CLI in a child process with
+`--model DIR/model --dtype bf16`, one copy of the target per step (no `--feature-dtype`):
+
+    build -> dump-features -> train-head (stopped, resumed; uninterrupted) -> eval-head -> export
+          -> the same for an EAGLE-3 head (dump-features --eagle3, train-head --kind eagle3)
+          -> generate --json: vanilla, eagle2, eagle3 (greedy) -> first difference -> profile-target
+
+Each step's wall time and the child's own peak RSS (`os.wait4`) sit beside `training_plan`'s
+prediction. A finished step leaves `DIR/steps/<name>.json` and is never rerun, so a killed
+rehearsal resumes where it stopped and a rerun rebuilds nothing.
+
+What it leaves out: acceptance. With random weights it proves that the path runs, keeps its
+dtypes, survives a resume and what it costs; not what a trained head accepts.
+
+    >>> rehearse("tiny", "runs/rehearsal_tiny", "rehearsal_tiny.json", threads=1)  # doctest: +SKIP
+"""
+import argparse
+import json
+import os
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import EagleMiniError
+from ..results import machine_info, results_json
+
+DONOR = "smollm2-135m"   # lends its tokenizer, chat template and special-token ids
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
+        "num_attention_heads": 4, "num_key_value_heads": 4}   # for tests: the path in a minute
+BUDGET_GB = 24 * 2**30 / 1e9   # the issue's 24 GiB
+KINDS = ("eagle1", "eagle3")
+METHODS = ("vanilla", "eagle2", "eagle3")
+
+
+def configs() -> tuple[str, ...]:
+    from ..models import BIG_CONFIGS
+    return ("tiny", *BIG_CONFIGS)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each step does; at 7B (~0.9 s a forward on 2 cores) every step takes minutes."""
+    conversations: int = 2     # dump-features: ShareGPT train conversations
+    max_len: int = 192         # their tokens at most (dump, train, eval): a few hundred in all
+    steps: int = 4             # train-head: one conversation per optimizer step
+    stop_after: int = 2        # the first call stops here; the same command then finishes
+    draft_vocab: int = 8192    # EAGLE-3 head's draft vocabulary (0: the whole vocabulary)
+    eval_text: int = 1         # eval-head: teacher-forced test conversations
+    eval_prompts: int = 2      # eval-head: MT-bench first turns decoded with EAGLE-2
+    eval_tokens: int = 16
+    gen_prompts: int = 2       # generate: greedy vanilla / eagle2 / eagle3 on MT-bench
+    gen_tokens: int = 32
+    prefix_len: int = 128      # profile-target, n = 1 ... 64
+    repeats: int = 3
+
+
+# tiny: fewer steps and prompts, and the whole vocabulary for EAGLE-3 (`frequent_tokens` reads
+# 2,000 conversations, ~15 s a call, three calls)
+SIZES = {"tiny": Sizes(max_len=128, steps=2, stop_after=1, draft_vocab=0, gen_prompts=1,
+                       prefix_len=32, repeats=1)}
+
+
+def model_config(config_name: str, donor_dir):
+    """The named shape with the donor's vocabulary size and special-token ids."""
+    from transformers import AutoConfig
+    from ..models import big_config, tiny_config
+    donor = AutoConfig.from_pretrained(donor_dir)
+    ids = {"vocab_size": donor.vocab_size, "bos_token_id": donor.bos_token_id,
+           "eos_token_id": donor.eos_token_id, "pad_token_id": donor.pad_token_id}
+    if config_name == "tiny":
+        return tiny_config("llama", **TINY, max_position_embeddings=4096, **ids)
+    return big_config(config_name, **ids)
+
+
+def build_model(config_name: str, out_dir, seed: int = 0) -> dict:
+    """Random bf16 weights from `seed` and the donor's tokenizer, saved once into `out_dir`.
+
+    Written into `out_dir.partial` and renamed at the end: a directory with `build.json` is
+    complete and kept as it is (-> its build record); a killed build leaves nothing half-made."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from ..models import resolve
+    from ..target import Target
+    from ..training.features import target_fingerprint
+    out = Path(out_dir)
+    if (out / "build.json").exists():
+        return json.loads((out / "build.json").read_text())
+    donor = resolve(DONOR)
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(model_config(config_name, donor), dtype=torch.bfloat16,
+                                             attn_implementation="sdpa")
+    model.generation_config = GenerationConfig.from_pretrained(donor)   # EOS = <|im_end|>
+    built = time.perf_counter() - start
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, max_shard_size="2GB")   # a shard is copied in memory to be written
+    AutoTokenizer.from_pretrained(donor).save_pretrained(tmp)
+    info = {"config": config_name, "seed": seed, "dtype": "bfloat16", "tokenizer": DONOR,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "fingerprint": target_fingerprint(Target(model)),
+            "build_seconds": built, "save_seconds": time.perf_counter() - start - built,
+            "bytes": sum(f.stat().st_size for f in tmp.iterdir())}
+    (tmp / "build.json").write_text(results_json(info))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return info
+
+
+def shown(argv) -> str:
+    """A child's command line as a user types it."""
+    return shlex.join(["python", *argv[1:]] if argv[0] == sys.executable else argv)
+
+
+def run_step(root, name: str, argv, log=print) -> dict:
+    """Run `argv` as a child process unless `root/steps/name.json` says it finished.
+
+    -> {"command", "seconds", "peak_rss_gb", "cpu_seconds", "ran": whether it ran now}.
+    `os.wait4` gives the child's own resource use (RUSAGE_CHILDREN would mix all children);
+    its stdout and stderr go to `root/logs/name.out` and `.err`."""
+    root, argv = Path(root), [str(a) for a in argv]
+    record = root / "steps" / f"{name}.json"
+    if record.exists():
+        return {**json.loads(record.read_text()), "ran": False}
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    log(f"[{name}] {shown(argv)}")
+    with open(root / "logs" / f"{name}.out", "w") as out, \
+            open(root / "logs" / f"{name}.err", "w") as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=out, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - start
+    if child.returncode:
+        lines = (root / "logs" / f"{name}.err").read_text().strip().splitlines() or ["(no stderr)"]
+        raise EagleMiniError(f"rehearsal step {name} failed with exit code {child.returncode}: "
+                             f"{lines[-1]} (log: {root / 'logs' / name}.err)")
+    result = {"command": shown(argv), "seconds": round(seconds, 2),
+              "peak_rss_gb": usage.ru_maxrss * 1024 / 1e9,   # Linux reports kilobytes
+              "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2)}
+    record.parent.mkdir(exist_ok=True)
+    record.write_text(results_json(result))
+    return {**result, "ran": True}
+
+
+def compare_heads(a, b) -> dict:
+    """The same head trained twice (`train-head` work directories): are the weights equal?
+
+    Both the checkpoints' weights (the dtype they train in) and the saved heads are compared
+    tensor by tensor, and the loss of every step beside them."""
+    import torch
+    from safetensors import safe_open
+    ca, cb = (torch.load(Path(w) / "work" / "ckpt" / "state.pt", mmap=True, weights_only=True,
+                         map_location="cpu")["head"] for w in (a, b))
+    pairs = [(ca[k], cb.get(k)) for k in sorted(ca)]
+    with safe_open(Path(a) / "head" / "model.safetensors", "pt") as fa, \
+            safe_open(Path(b) / "head" / "model.safetensors", "pt") as fb:
+        saved = [(fa.get_tensor(k), fb.get_tensor(k) if k in fb.keys() else None)
+                 for k in sorted(fa.keys())]
+    same = all(y is not None and torch.equal(x, y) for x, y in pairs + saved)
+    worst = max(((x.float() - y.float()).abs().max().item() for x, y in pairs + saved
+                 if y is not None and x.shape == y.shape), default=0.0)
+    losses = [[json.loads(r)["loss"] for r in (Path(w) / "work" / "log.jsonl").read_text()
+               .splitlines()] for w in (a, b)]
+    return {"identical": same and set(ca) == set(cb), "max_abs_difference": worst,
+            "tensors": len(pairs), "checkpoint_dtype": str(pairs[0][0].dtype).replace("torch.", ""),
+            "saved_dtype": next(str(x.dtype).replace("torch.", "") for x, _ in saved
+                                if x.is_floating_point()),
+            "losses_resumed": losses[0], "losses_uninterrupted": losses[1]}
+
+
+def first_differences(model_dir, dtype: str, generations: dict) -> dict:
+    """Per EAGLE method, where its greedy text parts from vanilla's and how close the choice was
+    (`bench.first_difference_margins`, one forward per parting prompt); None when all equal.
+    generations: {"prompt_ids": [...], "vanilla": [ids, ...], method: [ids, ...], ...}."""
+    from ..models import load_target
+    from .bench import first_difference_margins, vanilla_top2_gaps
+    target = load_target(str(model_dir), dtype=dtype)
+    prompts, vanilla = generations["prompt_ids"], generations["vanilla"]
+    gaps = vanilla_top2_gaps(target, prompts, vanilla)
+    return {m: first_difference_margins(target, prompts, outs, vanilla, gaps)
+            for m, outs in generations.items() if m not in ("prompt_ids", "vanilla")}
+
+
+def greedy_summary(generations: dict) -> dict:
+    """Per EAGLE method: prompts whose greedy output equals vanilla's, and the share of vanilla's
+    tokens produced before the first difference."""
+    from .bench import _common_prefix
+    vanilla = generations["vanilla"]
+    out = {}
+    for m, outs in generations.items():
+        if m in ("prompt_ids", "vanilla"):
+            continue
+        out[m] = {"identical_prompts": sum(a == b for a, b in zip(outs, vanilla)),
+                  "prompts": len(vanilla),
+                  "prefix_agreement": (sum(_common_prefix(a, b) for a, b in zip(outs, vanilla))
+                                       / max(sum(len(b) for b in vanilla), 1))}
+    return out
+
+
+def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
+             threads: int | None = None, command: str | None = None, log=print) -> dict:
+    """Run (or resume) the whole rehearsal and write its results JSON to `out` (default
+    data/results/rehearsal_<config>.json); `root` (default runs/rehearsal_<config>) holds the
+    model, features, heads, logs and step records. `command`: the command line, for the file."""
+    from ..training.commands import training_plan
+    from ..training.data import evenly_spaced, mtbench_prompts
+    if config not in configs():
+        raise EagleMiniError(f"unknown rehearsal config {config!r}; known: {', '.join(configs())}")
+    root = Path(root or f"runs/rehearsal_{config}")
+    out = Path(out or f"data/results/rehearsal_{config}.json")
+    size = SIZES.get(config, Sizes())
+    features = machine_info().get("cpu_features", [])
+    if config != "tiny" and not {"avx512_bf16", "amx_bf16"} & set(features):
+        log(f"warning: this CPU ({', '.join(features) or 'no listed features'}) has no bf16 "
+            "matrix units (avx512_bf16, amx_bf16): bf16 matmuls are emulated, and every step "
+            "that computes takes ~10-40x longer than the sizes here were planned for")
+    model = root / "model"
+    cli = [sys.executable, "-m", "eagle_mini"]
+    own = [sys.executable, "-m", __name__]
+    load = ["--model", model, "--dtype", "bf16", *(["--threads", threads] if threads else [])]
+    steps = {}
+
+    def step(name, argv):
+        steps[name] = run_step(root, name, argv, log)
+
+    step("build", [*own, "build", "--config", config, "--dir", model, "--seed", seed])
+    build = json.loads((model / "build.json").read_text())
+    for kind in KINDS:
+        feats, head = root / f"features_{kind}", root / f"train_{kind}" / "head"
+        step(f"dump_{kind}", [*cli, "dump-features", *load, "--max-conversations",
+                              size.conversations, "--max-len", size.max_len, "--out", feats,
+                              *(["--eagle3"] if kind == "eagle3" else [])])
+        train = [*cli, "train-head", *load, "--features", feats, "--kind", kind, "--steps",
+                 size.steps, "--warmup", 0, "--batch-tokens", 1, "--max-len", size.max_len,
+                 "--eval-conversations", 1, "--seed", seed,
+                 *(["--draft-vocab", size.draft_vocab] if kind == "eagle3" and size.draft_vocab
+                   else [])]
+        for name, run in (("stopped", f"train_{kind}"), ("resumed", f"train_{kind}"),
+                          ("uninterrupted", f"train_{kind}_uninterrupted")):
+            stop = ["--stop-after", size.stop_after] if name != "uninterrupted" else []
+            step(f"train_{kind}_{name}", [*train, "--out", root / run / "head",
+                                          "--work", root / run / "work", *stop])
+        step(f"eval_{kind}", [*cli, "eval-head", *load, "--head", head, "--n-text", size.eval_text,
+                              "--max-len", size.max_len, "--n-prompts", size.eval_prompts,
+                              "--max-new-tokens", size.eval_tokens,
+                              "--out", root / f"eval_{kind}.json"])
+        step(f"export_{kind}", [*cli, "export", *load, "--head", head,
+                                "--out", root / f"export_{kind}"])
+    prompts = evenly_spaced(mtbench_prompts(), size.gen_prompts)
+    generations = {m: [] for m in ("prompt_ids", *METHODS)}
+    for i, prompt in enumerate(prompts):
+        for m in METHODS:
+            heads = [] if m == "vanilla" else [
+                "--head", root / f"train_{'eagle3' if m == 'eagle3' else 'eagle1'}" / "head"]
+            step(f"generate_{m}_{i}", [*cli, "generate", *load, "--prompt", prompt, "--method", m,
+                                       *heads, "--max-new-tokens", size.gen_tokens, "--json"])
+            gen = json.loads((root / "logs" / f"generate_{m}_{i}.out").read_text())
+            generations[m].append(gen["output_ids"])
+        generations["prompt_ids"].append(gen["prompt_ids"])
+    greedy = greedy_summary(generations)
+    if any(g["identical_prompts"] < g["prompts"] for g in greedy.values()):
+        (root / "generations.json").write_text(json.dumps(generations))
+        step("first_difference", [*own, "first-difference", *load,
+                                  "--generations", root / "generations.json",
+                                  "--out", root / "first_difference.json"])
+        for m, d in json.loads((root / "first_difference.json").read_text()).items():
+            greedy[m]["first_difference"] = d
+    step("profile", [*cli, "profile-target", *load, "--prefix-len", size.prefix_len,
+                     "--repeats", size.repeats, "--max-n", 64, "--with-head",
+                     "--out", root / "cost_curve.json"])
+
+    shape = json.loads((model / "config.json").read_text())
+    tokens = {k: json.loads((root / f"features_{k}" / "manifest.json").read_text())["counts"]
+              for k in KINDS}
+    plan = {k: training_plan(shape, tokens[k]["tokens"], kind=k,
+                             draft_vocab=(size.draft_vocab or None) if k == "eagle3" else None)
+            for k in KINDS}
+    for name, s in steps.items():
+        kind = next((k for k in KINDS if name.startswith(f"train_{k}")), None)
+        s["predicted_gb"] = plan["eagle1"]["target_bf16_gb"] + (
+            plan[kind]["head_adamw_fp32_gb"] if kind else 0.0)
+        s["rss_minus_predicted_gb"] = s["peak_rss_gb"] - s["predicted_gb"]
+    curve = json.loads((root / "cost_curve.json").read_text())
+    peak = max(s["peak_rss_gb"] for s in steps.values())
+    result = {
+        "what": "7B dress rehearsal: the commands a GPU user runs, each a child process, on a "
+                f"{config}-shaped Llama with RANDOM WEIGHTS (bf16, seed {seed}) and SmolLM2's "
+                "tokenizer. It proves that the path runs, what it costs and that a resume "
+                "matches an uninterrupted run; it says nothing about what a trained head accepts.",
+        "random_weights": True, "config": config, "seed": seed, "sizes": asdict(size),
+        "command": command,
+        "machine": {**machine_info(), "threads": threads or machine_info()["threads"]},
+        "model": {"dir": str(model), **build,
+                  "shape": {k: shape[k] for k in ("hidden_size", "intermediate_size",
+                                                  "num_hidden_layers", "num_attention_heads",
+                                                  "num_key_value_heads", "vocab_size")}},
+        "features": tokens, "plan": plan, "steps": steps,
+        "resume": {k: compare_heads(root / f"train_{k}", root / f"train_{k}_uninterrupted")
+                   for k in KINDS},
+        "eval": {k: json.loads((root / f"eval_{k}.json").read_text()) for k in KINDS},
+        "greedy": greedy,
+        "export": {k: sorted(p.name for p in (root / f"export_{k}").iterdir()) for k in KINDS},
+        "cost_curve": {k: curve[k] for k in ("ns", "median_ms", "relative", "head_median_ms",
+                                             "prefix_len", "repeats")},
+        "peak_rss_gb": peak, "budget_gb": BUDGET_GB, "fits_budget": peak < BUDGET_GB,
+        "seconds": sum(s["seconds"] for s in steps.values()),
+        "orchestrator_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
+        "ran_now": [n for n, s in steps.items() if s["ran"]], "out": str(out),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(results_json(result))
+    return result
+
+
+def main(argv=None) -> int:
+    """The rehearsal's own steps, run as child processes so that they are measured alike."""
+    p = argparse.ArgumentParser(prog=f"python -m {__name__}")
+    sub = p.add_subparsers(dest="step", required=True)
+    b = sub.add_parser("build", help="build the random model once (kept when complete)")
+    b.add_argument("--config", required=True, choices=configs())
+    b.add_argument("--dir", required=True)
+    b.add_argument("--seed", type=int, default=0)
+    f = sub.add_parser("first-difference", help="logit gaps where greedy EAGLE parts from vanilla")
+    f.add_argument("--model", required=True)
+    f.add_argument("--dtype", default="bf16")
+    f.add_argument("--generations", required=True)
+    f.add_argument("--out", required=True)
+    for s in (b, f):
+        s.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    try:
+        if args.step == "build":
+            info = build_model(args.config, args.dir, args.seed)
+            print(f"{args.dir}: {info['parameters']:,} parameters, "
+                  f"fingerprint {info['fingerprint']}")
+        else:
+            gens = json.loads(Path(args.generations).read_text())
+            Path(args.out).write_text(results_json(first_differences(args.model, args.dtype, gens)))
+    except EagleMiniError as e:
+        print(f"eagle-mini: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
