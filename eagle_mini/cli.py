@@ -222,7 +222,7 @@ def build_parser() -> Parser:
                                         "child processes, on a 7B-shaped model with random "
                                         "weights; time and peak RSS per step; resumable")
     h.add_argument("--config", default="vicuna-7b", choices=REHEARSAL_CONFIGS,
-                   help="the target's shape (tiny: the same path in a minute, for tests)")
+                   help="the target's shape (tiny: the same path in minutes, for tests)")
     h.add_argument("--dir", default=None, help="model, features, heads, logs and finished steps "
                                                "(default runs/rehearsal_<config>)")
     h.add_argument("--out", default=None,

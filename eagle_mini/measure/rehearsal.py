@@ -35,7 +35,7 @@ from ..results import machine_info, results_json
 
 DONOR = "smollm2-135m"   # lends its tokenizer, chat template and special-token ids
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
-        "num_attention_heads": 4, "num_key_value_heads": 4}   # for tests: the path in a minute
+        "num_attention_heads": 4, "num_key_value_heads": 4}   # for tests: the whole path, small
 BUDGET_GB = 24 * 2**30 / 1e9   # the issue's 24 GiB
 KINDS = ("eagle1", "eagle3")
 METHODS = ("vanilla", "eagle2", "eagle3")
@@ -48,7 +48,9 @@ def configs() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much each step does; at 7B (~0.9 s a forward on 2 cores) every step takes minutes."""
+    """How much each step does. Planned for 7B on 2 cores with bf16 units (the issue's Zen 4
+    probe: ~0.9 s a forward of up to 8 tokens, ~0.04 s a token beyond): a step takes a minute or
+    a few. Without them (AVX2 only) bf16 matmuls are emulated, ~20x slower per token."""
     conversations: int = 2     # dump-features: ShareGPT train conversations
     max_len: int = 192         # their tokens at most (dump, train, eval): a few hundred in all
     steps: int = 4             # train-head: one conversation per optimizer step
@@ -305,6 +307,8 @@ def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
                                                   "num_hidden_layers", "num_attention_heads",
                                                   "num_key_value_heads", "vocab_size")}},
         "features": tokens, "plan": plan, "steps": steps,
+        "predicted": "training_plan: the target in bf16, plus the head with fp32 AdamW (16 bytes "
+                     "a parameter) in train-head steps; peak RSS adds Python, torch and activations",
         "resume": {k: compare_heads(root / f"train_{k}", root / f"train_{k}_uninterrupted")
                    for k in KINDS},
         "eval": {k: json.loads((root / f"eval_{k}.json").read_text()) for k in KINDS},
