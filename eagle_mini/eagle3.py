@@ -29,13 +29,12 @@ feature.
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoConfig
 
 from .errors import EagleMiniError
-from .head import _decoder_classes, _layer_config, check_compatible, load_weights, read_head_dir
-from .results import results_json
+from .head import (_decoder_classes, _layer_config, check_compatible, load_weights, read_head_dir,
+                   save_head_dir)
 
 KIND = "eagle3"
 
@@ -189,13 +188,7 @@ class Eagle3Head(nn.Module):
 
     def save(self, out_dir, dtype=torch.bfloat16, extra: dict | None = None) -> Path:
         """safetensors (weights + draft vocabulary map) + config.json, as `DraftHead.save`."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
-        tensors["draft_to_target"] = self.draft_to_target.cpu().contiguous()
-        save_file(tensors, out / "model.safetensors")
-        (out / "config.json").write_text(results_json({**self.config_dict(), **(extra or {})}))
-        return out
+        return save_head_dir(self, out_dir, dtype, extra)
 
     @classmethod
     def load(cls, head_dir, target=None) -> "Eagle3Head":

@@ -146,13 +146,7 @@ class DraftHead(nn.Module):
 
     def save(self, out_dir, dtype=torch.bfloat16, extra: dict | None = None) -> Path:
         """safetensors (trainable weights + draft vocabulary map) + config.json."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
-        tensors["draft_to_target"] = self.draft_to_target.cpu().contiguous()
-        save_file(tensors, out / "model.safetensors")
-        (out / "config.json").write_text(results_json({**self.config_dict(), **(extra or {})}))
-        return out
+        return save_head_dir(self, out_dir, dtype, extra)
 
     @classmethod
     def load(cls, head_dir, target=None) -> "DraftHead":
@@ -172,6 +166,18 @@ class DraftHead(nn.Module):
         load_weights(head, tensors, d)
         head.meta = cfg
         return head.attach(target) if target is not None else head
+
+
+def save_head_dir(head, out_dir, dtype=torch.bfloat16, extra: dict | None = None) -> Path:
+    """A head's weights in `dtype` plus its `draft_to_target` map (model.safetensors) and
+    `config_dict()` with `extra` (config.json): what `read_head_dir` reads back."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in head.state_dict().items()}
+    tensors["draft_to_target"] = head.draft_to_target.cpu().contiguous()
+    save_file(tensors, out / "model.safetensors")
+    (out / "config.json").write_text(results_json({**head.config_dict(), **(extra or {})}))
+    return out
 
 
 def read_head_dir(head_dir) -> tuple[Path, dict, dict]:
