@@ -19,10 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_step_is_measured_alone_and_never_rerun(tmp_path):
-    """Peak RSS is the child's own (300 MB allocated there); a recorded step does not run again."""
+    """Peak RSS counts what the child allocated (300 MB); a recorded step does not run again.
+    No upper bound: the forked child's maxrss can start from the parent's image before exec (a
+    pytest process holding the embedded target gave 2.9 GB in CI)."""
     grab = [sys.executable, "-c", "x = bytearray(300_000_000); x[::4096] = b'1' * len(x[::4096])"]
     first = run_step(tmp_path, "grab", grab, log=lambda _: None)
-    assert first["ran"] and 0.3 < first["peak_rss_gb"] < 1.0 and first["seconds"] > 0
+    assert first["ran"] and 0.3 < first["peak_rss_gb"] and first["seconds"] > 0
     assert first["command"].startswith("python -c ")
     again = run_step(tmp_path, "grab", [sys.executable, "-c", "raise SystemExit(1)"],
                      log=lambda _: None)
