@@ -29,6 +29,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a share strictly between 0 and 1, got {value}")
+    return value
+
+
 def add_target_args(p):
     p.add_argument("--model", default="smollm2-135m",
                    help="course target name, local HF model directory, or hub id")
@@ -120,6 +130,9 @@ def build_parser() -> Parser:
                    help="--stream: when the train split is used up, start it again (a new epoch)")
     t.add_argument("--regenerated", default=None,
                    help="with --stream: train on a `regenerate` file (the target's own replies)")
+    t.add_argument("--mix-sharegpt", type=share, default=None, metavar="SHARE",
+                   help="with --regenerated: this share of each batch's tokens is ShareGPT's own "
+                        "replies (records after the regenerated ones), the rest the target's")
     t.add_argument("--out", required=True, help="where the trained head is written (bf16)")
     t.add_argument("--work", default=None, help="checkpoints and log (default runs/<out name>)")
     t.add_argument("--init", default=None, help="continue from this head directory")

@@ -33,8 +33,8 @@ from torch import nn
 from transformers import AutoConfig
 
 from .errors import EagleMiniError
-from .head import (_decoder_classes, _layer_config, check_compatible, load_weights, read_head_dir,
-                   save_head_dir)
+from .head import (_decoder_classes, _layer_config, check_compatible, layer_positions_and_mask,
+                   load_weights, read_head_dir, save_head_dir)
 
 KIND = "eagle3"
 
@@ -158,7 +158,6 @@ class Eagle3Head(nn.Module):
         """One draft step. features: [b, n, 3H] target layers (first step) or [b, n, H] the
         draft's own outputs; tokens: [b, n] (shifted). -> pre-norm outputs [b, n, H].
         Cache, positions and tree_mask as in `DraftHead.forward`."""
-        from .target import attention_mask_4d
         w = self.fc.weight
         hidden = features.to(w.dtype)
         if hidden.shape[-1] == self.fc.in_features:
@@ -168,14 +167,7 @@ class Eagle3Head(nn.Module):
                                  f"or {self.fc.out_features} (its own output) wide inputs, "
                                  f"got {hidden.shape[-1]}")
         emb = self.embed(tokens).to(w.dtype)
-        b, n, _ = hidden.shape
-        past = cache.get_seq_length() if cache is not None else 0
-        if positions is None:
-            positions = torch.arange(past, past + n, device=hidden.device)
-        positions = torch.as_tensor(positions, device=hidden.device).view(1, n).expand(b, n)
-        if tree_mask is None:
-            tree_mask = torch.tril(torch.ones(n, n, dtype=torch.bool, device=hidden.device))
-        mask = attention_mask_4d(tree_mask, past, hidden.dtype, hidden.device).expand(b, -1, -1, -1)
+        positions, mask = layer_positions_and_mask(hidden, cache, positions, tree_mask)
         return self.midlayer(emb, hidden, attention_mask=mask, position_ids=positions,
                              past_key_values=cache, use_cache=cache is not None,
                              position_embeddings=self.rotary(hidden, positions))

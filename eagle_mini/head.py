@@ -58,6 +58,22 @@ def _decoder_classes(model_type: str):
     return layer_cls, getattr(mod, f"{name}RotaryEmbedding")
 
 
+def layer_positions_and_mask(x, cache=None, positions=None, tree_mask=None):
+    """Position ids `[b, n]` and the additive 4-D mask for a draft layer reading `x: [b, n, H]`.
+
+    Positions continue the cache unless given (a tree's depths); the mask is causal over the n new
+    entries unless `tree_mask: [n, m]` says otherwise (see `attention_mask_4d`).
+    """
+    b, n, _ = x.shape
+    past = cache.get_seq_length() if cache is not None else 0
+    if positions is None:
+        positions = torch.arange(past, past + n, device=x.device)
+    positions = torch.as_tensor(positions, device=x.device).view(1, n).expand(b, n)
+    if tree_mask is None:
+        tree_mask = torch.tril(torch.ones(n, n, dtype=torch.bool, device=x.device))
+    return positions, attention_mask_4d(tree_mask, past, x.dtype, x.device).expand(b, -1, -1, -1)
+
+
 class DraftHead(nn.Module):
     """fc + one decoder layer; `attach(target)` lends it the target's embedding and lm_head."""
 
@@ -126,14 +142,7 @@ class DraftHead(nn.Module):
         attention is causal over the n positions.
         """
         x = self.fuse(features, tokens)
-        b, n, _ = x.shape
-        past = cache.get_seq_length() if cache is not None else 0
-        if positions is None:
-            positions = torch.arange(past, past + n, device=x.device)
-        positions = torch.as_tensor(positions, device=x.device).view(1, n).expand(b, n)
-        if tree_mask is None:
-            tree_mask = torch.tril(torch.ones(n, n, dtype=torch.bool, device=x.device))
-        mask = attention_mask_4d(tree_mask, past, x.dtype, x.device).expand(b, -1, -1, -1)
+        positions, mask = layer_positions_and_mask(x, cache, positions, tree_mask)
         return self.layers[0](x, attention_mask=mask, position_ids=positions,
                               past_key_values=cache, use_cache=cache is not None,
                               position_embeddings=self.rotary(x, positions))

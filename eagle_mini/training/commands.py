@@ -19,7 +19,8 @@ import torch
 from ..errors import EagleMiniError
 from .features import target_fingerprint
 from ..head import DraftHead, new_head
-from .train import DumpSource, StreamingSource, TrainConfig, evaluate_head, train_head
+from .sources import DumpSource, MixedSource, StreamingSource
+from .train import TrainConfig, evaluate_head, train_head
 
 
 def frequent_tokens(target, n: int, conversations: int = 2000) -> list[int]:
@@ -90,6 +91,9 @@ def featurizer(target, dtype: str):
 
 def train_command(args, target, log=print) -> dict:
     """Build or continue a head, train it, export it (bf16) with its metrics."""
+    if getattr(args, "mix_sharegpt", None) and not getattr(args, "regenerated", None):
+        raise EagleMiniError("--mix-sharegpt goes with --regenerated: it mixes ShareGPT's own "
+                             "replies into the target's")
     cfg = TrainConfig(lr=args.lr, steps=args.steps, warmup_steps=args.warmup,
                       batch_tokens=args.batch_tokens, max_len=args.max_len, seed=args.seed,
                       ckpt_every=args.ckpt_every, log_every=args.log_every,
@@ -123,7 +127,7 @@ def train_command(args, target, log=print) -> dict:
     start = args.start if args.start is not None else prior.get("next_train_record", 0)
     if args.features and getattr(args, "regenerated", None):
         raise EagleMiniError("--regenerated goes with --stream, not with --features")
-    regenerated = None
+    regenerated, mix = None, getattr(args, "mix_sharegpt", None)
     if args.features:
         from .features import FeatureDataset
         ds = FeatureDataset(args.features)
@@ -139,6 +143,12 @@ def train_command(args, target, log=print) -> dict:
         source = StreamingSource(feat, "train",
                                  max_len=cfg.max_len, cursor=start, data=data,
                                  wrap=getattr(args, "wrap", False), layers=layers)
+        if mix:
+            from .data import SPLITS
+            mix_start = prior.get("next_mix_record", data.written[-1] + 1 - SPLITS["train"][0])
+            source = MixedSource(StreamingSource(feat, "train", max_len=cfg.max_len,
+                                                 cursor=mix_start, wrap=getattr(args, "wrap", False),
+                                                 layers=layers), source, share=mix)
     val = validation_features(target, args.eval_conversations, cfg.max_len, layers=layers)
     result = train_head(head, target, source, work, cfg, stop_after=args.stop_after,
                         evaluate_fn=lambda h: evaluate_head(h, val), vocab_ids=vocab_ids, log=log)
@@ -149,13 +159,17 @@ def train_command(args, target, log=print) -> dict:
         "source": args.features or f"stream train records from {start}" + (
             ", starting the split again at its end" if getattr(args, "wrap", False) else "") + (
             f" (target-regenerated replies, {args.regenerated})"
-            if getattr(args, "regenerated", None) else ""),
+            if getattr(args, "regenerated", None) else "") + (
+            f", {mix:.0%} of each batch's tokens ShareGPT's own replies from record {mix_start}"
+            if mix else ""),
         "validation": result["eval"], **({"regenerate_command": regenerated} if regenerated else {})
     }] if state["step"] >= cfg.steps else [])
     meta = {"tokens_seen": prior.get("tokens_seen", 0) + (state["tokens_seen"] if rounds else 0),
             "train_seconds": prior.get("train_seconds", 0) + (state["seconds"] if rounds else 0),
             "rounds": rounds}
-    if not args.features:
+    if mix:
+        meta["next_mix_record"], meta["next_train_record"] = source.cursor
+    elif not args.features:
         meta["next_train_record"] = source.cursor
     if state["step"] >= cfg.steps:
         meta["rounds"][-1]["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])

@@ -34,6 +34,7 @@ from ..errors import EagleMiniError
 from ..results import results_json
 from .chains import (chain_acceptance, loss_mask_positions, reading_ids,  # noqa: F401
                      unrolled_predictions)
+from .sources import DumpSource, MixedSource, StreamingSource  # noqa: F401
 
 
 @dataclass
@@ -174,76 +175,6 @@ def lr_lambda(cfg: TrainConfig):
         progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
         return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
     return f
-
-
-class StreamingSource:
-    """Conversations of a split, featurized by the target on the fly, never stored.
-
-    `cursor` counts records of the split consumed so far; it is all a checkpoint needs to resume.
-    With `wrap`, the split starts again when it is used up, as `DumpSource` cycles its shards.
-    """
-
-    def __init__(self, target, split="train", max_len=1024, cursor=0, data=None, wrap=False,
-                 layers=None):
-        from .data import SPLITS, read_sharegpt
-        self.layers = layers  # an EAGLE-3 head's `aux_layers`: featurize them too
-        self.target, self.split, self.max_len, self.cursor = target, split, max_len, cursor
-        self.wrap = wrap  # at the split's end, start it again (a new epoch) instead of stopping
-        self.data = data if data is not None else read_sharegpt()
-        self.first = SPLITS[split][0]
-        self._iter = None
-
-    def _examples(self):
-        from .data import iter_conversations
-        for ex in iter_conversations(self.split, self.target.tokenizer, max_len=self.max_len,
-                                     start=self.cursor, data=self.data):
-            if sum(ex.loss_mask) == 0 or len(ex.input_ids) < 2:
-                self.cursor = ex.index + 1 - self.first
-                continue
-            yield ex
-
-    def take(self, batch_tokens: int) -> list:
-        """The next conversations, up to `batch_tokens` tokens (at least one)."""
-        if self._iter is None:
-            self._iter = self._examples()
-        picked, tokens = [], 0
-        for ex in self._iter:
-            picked.append(ex)
-            tokens += len(ex.input_ids)
-            if tokens >= batch_tokens:
-                break
-        if not picked and self.wrap and self.cursor > 0:
-            self.cursor, self._iter = 0, None
-            return self.take(batch_tokens)
-        if not picked:
-            where = self.data.source
-            raise EagleMiniError(f"the {self.split} split is used up (cursor {self.cursor})"
-                                 + (f": {where} has no more regenerated conversations" if where else ""))
-        self.cursor = picked[-1].index + 1 - self.first
-        return picked
-
-    def materialize(self, picked) -> list[dict]:
-        from .features import compute_features
-        return compute_features(self.target, picked, layers=self.layers)
-
-
-class DumpSource:
-    """Stored features (`dump-features`), cycled in order for as many epochs as the run needs."""
-
-    def __init__(self, dataset, cursor=0):
-        self.dataset, self.cursor = dataset, cursor
-
-    def take(self, batch_tokens: int) -> list[dict]:
-        picked, tokens = [], 0
-        while tokens < batch_tokens:
-            e = self.dataset[self.cursor % len(self.dataset)]
-            self.cursor += 1
-            picked.append(e)
-            tokens += len(e["input_ids"])
-        return picked
-
-    def materialize(self, picked) -> list[dict]:
-        return picked
 
 
 def _atomic_save(obj, path: Path):
