@@ -222,6 +222,19 @@ class EagleDecoder:
         return new
 
 
+def kept_tokens(new: list[int], produced: int, max_new_tokens: int, eos) -> tuple[list[int], bool]:
+    """A cycle's tokens that a generation keeps: up to the first EOS or its `max_new_tokens`-th
+    token (`produced` came before this cycle), and whether an EOS cut them.
+
+    >>> kept_tokens([5, 6, 7], produced=2, max_new_tokens=4, eos={9})
+    ([5, 6], False)
+    """
+    for i, token in enumerate(new):
+        if token in eos or produced + i + 1 >= max_new_tokens:
+            return new[:i + 1], token in eos
+    return new, False
+
+
 @torch.no_grad()
 def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float = 0.0,
              top_p: float = 1.0, top_k: int = 0, tree="eagle2", seed: int | None = 0,
@@ -245,12 +258,8 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
             stop = "context"
             break
         checked = dec.verify(draft)
-        new = dec.accept(checked)
-        for i, token in enumerate(new):  # a cycle cut by EOS or max_new_tokens keeps its prefix
-            if token in eos or len(out) + i + 1 >= max_new_tokens:
-                new = new[:i + 1]
-                stop = "eos" if token in eos else stop
-                break
+        new, hit_eos = kept_tokens(dec.accept(checked), len(out), max_new_tokens, eos)
+        stop = "eos" if hit_eos else stop
         out.extend(new)
         cycles.append(len(new))
         _count_depths(draft, checked.path, depth_tries, depth_hits, confidence)
