@@ -1,0 +1,123 @@
+"""Notebook 06's speedup explorer: the cost model as one formula, its inputs read from the
+committed bench runs, and the walk from the model to the measurement.
+
+Oracles: `measure.auto.predict` (the model `bench` prints), each bench file's own
+`predicted_speedup` and `speedup`, and the numbers notebook 06 computes from the file.
+"""
+import math
+
+import pytest
+
+from eagle_mini.course.predictions import check_prediction
+from eagle_mini.course.speedup_explorer import (SpeedupExplorer, bench_runs, break_even_tau, cost_curves,
+                                                explore, gap_steps, leave_one_out, method_costs, points,
+                                                predicted_speedup)
+from eagle_mini.measure.auto import predict, relative_cost
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return bench_runs()
+
+
+def counted_cycles(r):
+    return [int(k) for k, v in r["cycle_length_counts"].items() for _ in range(v)]
+
+
+def test_the_formula_is_tau_over_verify_plus_draft():
+    assert predicted_speedup(2.0, 1.6, 0.4) == 1.0
+    assert predicted_speedup(3.0, 1.0, 0.5) == 2.0
+    assert predicted_speedup(3.0, 1.0, 0.5, overhead=0.5, vanilla_step=0.5) == 0.75
+    for verify, draft, extra, step in [(1.6, 0.4, 0.0, 1.0), (1.2, 0.1, 0.3, 0.9)]:
+        tau = break_even_tau(verify, draft, extra, step)
+        assert math.isclose(predicted_speedup(tau, verify, draft, extra, step), 1.0)
+
+
+def test_the_formula_reproduces_predict_and_every_bench_files_prediction(runs):
+    """With the mean of the bench's cycle counts as tau (what `predict` reads), the formula is
+    `predict` and the file's `predicted_speedup`, for every EAGLE method of every committed run."""
+    assert {"float32 T=0", "float32 T=1", "bfloat16 T=0"} <= set(runs)
+    for bench in runs.values():
+        curve, c1 = bench["cost_curve"], bench["cost_curve"]["median_ms"][0] / 1000
+        for name, row in method_costs(bench).items():
+            r = bench["methods"][name]
+            cycles = counted_cycles(r)
+            mean = sum(cycles) / len(cycles)
+            draft = r["draft_fraction"] * r["seconds"] / len(cycles) / c1
+            stats = [{"cycle_lengths": cycles, "draft_seconds": r["draft_fraction"] * r["seconds"]}]
+            ours = predicted_speedup(mean, relative_cost(curve, r["tree_size"]), draft)
+            assert math.isclose(ours, predict(stats, curve, r["tree_size"]), rel_tol=1e-12)
+            assert math.isclose(ours, r["predicted_speedup"], rel_tol=1e-9)
+            assert row["tau"] == r["tau"] and math.isclose(row["draft_cost"], draft)
+            assert math.isclose(row["model"], predicted_speedup(r["tau"], row["verify_cost"], draft))
+
+
+def test_notebook_06s_bound_table_numbers(runs):
+    """The committed fp32 greedy run, as notebook 06 tabulates it: c(N)/c(1) off the run's curve,
+    break-even tau = c(N)/c(1) + draft / c(1), and the model below... the file's prediction."""
+    bench = runs["float32 T=0"]
+    rows = method_costs(bench)
+    assert set(rows) == {"eagle-chain", "eagle", "eagle2", "auto"}
+    for name, row in rows.items():
+        r = bench["methods"][name]
+        assert row["verify_cost"] == relative_cost(bench["cost_curve"], r["tree_size"])
+        state = explore(row["tau"], row["draft_cost"], bench["cost_curve"], r["tree_size"])
+        assert math.isclose(state["speedup"], row["model"])
+        assert math.isclose(state["break_even_tau"], row["verify_cost"] + row["draft_cost"])
+        assert abs(row["model"] - r["predicted_speedup"]) < 0.02   # papers' tau vs uncut cycle counts
+
+
+def test_gap_steps_start_at_the_model_and_end_at_the_measurement(runs):
+    for bench in runs.values():
+        for name, row in method_costs(bench).items():
+            steps = gap_steps(row)
+            assert steps[0] == ("cost model", row["model"])
+            assert math.isclose(steps[-1][1], bench["methods"][name]["speedup"], rel_tol=1e-9), name
+
+
+def test_the_model_over_predicts_every_fp32_method_and_overheads_close_most_of_the_gap(runs):
+    """What notebook 06 explains: every fp32 method measured below its cost model; adding the
+    overhead measured on the *other* methods lands each closer to its measurement."""
+    for label in ("float32 T=0", "float32 T=1"):
+        rows = method_costs(runs[label])
+        loo = leave_one_out(rows)
+        for name, row in rows.items():
+            assert row["measured"] < row["model"], (label, name)
+            assert abs(loo[name] - row["measured"]) < abs(row["model"] - row["measured"]), (label, name)
+            assert row["overhead"] > 0 and row["vanilla_step"] > 0
+
+
+def test_explore_reads_the_curve_or_takes_a_cost_by_hand():
+    curves = cost_curves()
+    assert "float32" in curves
+    fp32 = curves["float32"]
+    state = explore(2.0, 0.4, fp32, n=16)
+    assert state["verify_cost"] == relative_cost(fp32, 16)
+    assert explore(2.0, 0.4, verify_cost=1.6)["speedup"] == 1.0
+
+
+def test_points_cover_every_eagle_method_of_every_run(runs):
+    pts = points(runs)
+    assert len(pts) == sum(len(method_costs(b)) for b in runs.values())
+    assert all(p["measured"] == runs[p["run"]]["methods"][p["method"]]["speedup"] for p in pts)
+
+
+def test_check_prediction_never_raises_and_says_how_close():
+    assert check_prediction(2.0, 2.1, 0.15).within
+    assert not check_prediction(1.0, 2.1, 0.15).within
+    assert check_prediction(1.9, 2.0, 0.1, relative=True).within
+    assert "No prediction" in check_prediction(None, 2.0, 0.1).markdown("break-even tau")
+    assert "outside" in check_prediction(5, 2.0, 0.1).markdown("x")
+
+
+def test_widget_moves_change_the_prediction(runs):
+    import matplotlib
+    matplotlib.use("Agg")
+    ui = SpeedupExplorer(cost_curves(), points(runs))
+    first = ui.state()
+    ui.tau.value = 3.0
+    assert ui.state()["speedup"] > first["speedup"]
+    ui.curve.value = "by hand"
+    ui.verify.value = 1.0
+    ui.draft.value = 0.0
+    assert ui.state()["speedup"] == 3.0 and ui.n.disabled and not ui.verify.disabled
