@@ -225,6 +225,12 @@ def build_parser() -> Parser:
     v.add_argument("--out", default=None,
                    help="writes OUT.json and OUT.md (default <results>/paper_vs_ours)")
 
+    m = sub.add_parser("results-md", help="write RESULTS.md and the README's generated tables "
+                                          "from the committed results files (runs no model)")
+    m.add_argument("--root", default=".", help="the repository (README.md, data/)")
+    m.add_argument("--check", action="store_true",
+                   help="write nothing; exit 2 if a document differs from what the files produce")
+
     o = sub.add_parser("export", help="write a head in its authors' published layout: EAGLE-1 "
                                       "(pytorch_model.bin) or EAGLE-3 (model.safetensors, d2t/t2d)")
     add_target_args(o)
@@ -521,6 +527,18 @@ def cmd_paper_vs_ours(args):
     print(f"wrote {json_path} and {md_path}")
 
 
+def cmd_results_md(args):
+    from .measure.report import stale, write
+    if args.check:
+        if stale(args.root):
+            raise EagleMiniError(", ".join(map(str, stale(args.root))) + " differ from the results "
+                                 "files: run `python -m eagle_mini results-md`")
+        print("RESULTS.md and README.md match the results files")
+        return
+    changed = write(args.root)
+    print("wrote " + ", ".join(map(str, changed)) if changed else "RESULTS.md and README.md are current")
+
+
 def cmd_rehearse(args):
     from .measure.rehearsal import rehearse
     r = rehearse(args.config, args.dir, args.out, args.seed, args.threads,
@@ -541,7 +559,8 @@ COMMANDS = {"generate": cmd_generate, "demo": cmd_demo, "prepare": cmd_prepare,
             "bench": cmd_bench, "eval-head": cmd_eval_head, "export": cmd_export, "dump-features": cmd_dump_features,
             "regenerate": cmd_regenerate, "train-head": cmd_train_head,
             "experiment": cmd_experiment, "measure-acceptance": cmd_measure_acceptance,
-            "paper-vs-ours": cmd_paper_vs_ours, "rehearse": cmd_rehearse}
+            "paper-vs-ours": cmd_paper_vs_ours, "rehearse": cmd_rehearse,
+            "results-md": cmd_results_md}
 
 
 def main(argv=None) -> int:

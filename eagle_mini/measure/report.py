@@ -1,0 +1,366 @@
+"""RESULTS.md and the README's generated blocks, from the committed results: `results-md`.
+
+Every measured figure the repository's documents quote is read here from a file in
+`data/results/` or `data/heads/<head>/`, and printed beside the file's name and the command that
+made it; nothing is typed by hand, so the documents cannot drift from the measurements (issue 19,
+"numbers that cannot drift"). The papers' own figures appear only as the papers', with their
+citation. The module runs no model: it formats JSON.
+
+* `results_markdown(root)`: the whole of RESULTS.md;
+* `readme_blocks(root)`: the README's blocks between `<!-- generated:NAME -->` and
+  `<!-- /generated:NAME -->` markers: `results` (one short table) and `notebooks` (the course
+  table with each notebook's run time, read from the committed notebook's cell timestamps);
+* `write(root)` / `stale(root)`: write both files, or list those that differ from what the files
+  in `root` produce (what `tests/test_results_docs.py` checks).
+
+What it leaves out: figures no results file holds (a profiler breakdown, a micro-benchmark); the
+documents name where those live (a module docstring, the head's EXPERIMENTS.md) instead.
+"""
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+from ..errors import EagleMiniError
+
+COMMAND = "python -m eagle_mini results-md"
+RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
+COST, COST_BF16 = "cost_curve_smollm2-135m_cpu.json", "cost_curve_smollm2-135m_cpu_bf16.json"
+EVAL, EVAL_PAPER_TREE = "eval_head_smollm2-135m.json", "eval_head_smollm2-135m_paper_tree.json"
+LOSSLESS, ABLATION, CLAIMS = "check_lossless.json", "uncertainty.json", "paper_vs_ours.json"
+BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtbench_T0",
+           "bench_smollm2-135m_cpu_mtbench_T1")
+EAGLE_METHODS = ("eagle-chain", "eagle", "eagle2", "auto")
+# The papers' own figures, cited as theirs (EAGLE_REFERENCE.md §6).
+PAPER_HEAD = "top-1 about 0.78 and tau 3.94 for the paper's Vicuna-7B head (EAGLE, MT-bench, T=0)"
+NOTEBOOK_TOPICS = {
+    "00_why_decoding_is_slow": "one token per forward, weights read per token, this machine's cost "
+                               "curve, arithmetic intensity, GPU vs CPU",
+    "01_speculative_sampling": "draft / verify with a simple drafter, the accept rule and residual "
+                               "derived, a chi-square check that the distribution is unchanged, "
+                               "and what breaks it",
+    "02_feature_uncertainty": "why the head reads the *shifted* token: the four-input ablation and "
+                              "the uncertainty measured directly (`experiment uncertainty`)",
+    "03_training_a_draft_head": "the head's parts counted, a live feature dump and training run "
+                                "with loss curves, the shipped head compared, the 7B plan with "
+                                "`accelerate launch`",
+    "04_draft_trees": "choices lists, the EAGLE-1 tree and its attention mask and positions, "
+                      "EAGLE-2 growth step by step, a stepper through a real generation",
+    "05_verification": "greedy and lossless sampling on trees, KV-cache compaction on real "
+                       "tensors, the distribution test live",
+    "06_speedups": "the bench on this machine, the speedup bound tau / (c(N)/c(1) + draft), GPU "
+                   "figures or a labelled 7B projection",
+    "07_beyond_eagle1": "EAGLE-2 vs EAGLE-1 side by side, reduced draft vocabulary, batching, "
+                        "exporting a head for serving engines",
+}
+
+
+class Files:
+    """The committed results under `root`, each read once; a missing one names its command."""
+
+    def __init__(self, root):
+        self.root = Path(root)
+
+    def path(self, name: str) -> Path:
+        return self.root / RESULTS / name
+
+    def json(self, name: str) -> dict:
+        p = self.path(name)
+        if not p.exists():
+            raise EagleMiniError(f"{p} is missing: run the command RESULTS.md names for it")
+        return json.loads(p.read_text())
+
+    def head(self) -> dict:
+        return json.loads((self.root / HEAD / "config.json").read_text())
+
+
+def source(name: str, doc: dict) -> str:
+    """The line under a section: which file, which command made it, on what machine."""
+    m = doc.get("machine")
+    where = f"; {m['cpu']}, {m['threads']} thread(s), torch {m['torch']}" if m else ""
+    return f"*File `{RESULTS}/{name}`, made by `{doc['command']}`{where}.*"
+
+
+def short_head(text: str) -> str:
+    """'shipped head /abs/path/data/heads/x (N training tokens)' -> 'shipped head data/heads/x (...)'."""
+    return re.sub(r"/\S*/(data/heads/)", r"\1", text)
+
+
+def tree_name(spec: str) -> str:
+    """A tree spec as a results file stores it, with the course default spelled out."""
+    from ..draft import DynamicTree
+    return f"eagle2 = {DynamicTree()}" if spec == "eagle2" else spec
+
+
+def table(header, rows) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+
+
+# ---------------------------------------------------------------- RESULTS.md sections
+
+def cost_section(f: Files) -> list[str]:
+    c, b = f.json(COST), f.json(COST_BF16)
+    ns = c["ns"][1:]
+
+    def row(label, curve):
+        return [label, *(f"{r:.2f}" for r in curve["relative"][1:]), f"{curve['median_ms'][0]:.1f}"]
+    rows = [row("stock torch kernels", c["stock"]),
+            row("prepacked weights (`packed.py`, the CPU default)", c)]
+    bf = row("bf16, stock kernels (a separate run)", b) if b["ns"] == c["ns"] else None
+    return ["## Verification cost curve c(n)/c(1)", "",
+            f"A forward of n new tokens over a {c['prefix_len']}-token cached prefix, relative to a "
+            f"forward of one (medians of {c['repeats']} interleaved rounds). The fp32 rows come from "
+            "one run that timed both kernels side by side.", "",
+            *table(["kernels", *(f"c({n})/c(1)" for n in ns), "c(1) ms"], rows + ([bf] if bf else [])),
+            "", source(COST, c), "", source(COST_BF16, b), "",
+            "Stock sgemm repacks each weight matrix into its blocked layout on every multi-token "
+            "call; `packed.py` packs once per row count (4, 8 and 16 rows, inputs padded up), and "
+            "its docstring holds the micro-benchmark behind it. One-token forwards and prefill keep "
+            "the stock kernels, so vanilla decoding and HF `generate` are untouched; `--no-pack` "
+            "turns packing off. This curve is why the course's trees are small: see notebook 00 "
+            "for the roofline that explains its shape.", ""]
+
+
+def head_section(f: Files) -> list[str]:
+    cfg, e, p = f.head(), f.json(EVAL), f.json(EVAL_PAPER_TREE)
+    rounds = cfg.get("rounds", [])
+    mt, tt = e["mtbench"], e["test_text"]
+    rows = [[i, r["date"], f"{r['tokens']:,}", f"{r['seconds'] / 3600:.2f}",
+             f"{r['validation']['top1']:.3f}",
+             "the target's own replies" if "regenerate_command" in r else "ShareGPT"]
+            for i, r in enumerate(rounds, 1)]
+    cats = [[c, f"{t:.2f}"] for c, t in mt["tau_by_category"].items()]
+    pm = p["mtbench"]
+    return ["## The shipped draft head", "",
+            f"`{HEAD}/`: {cfg['tokens_seen']:,} training tokens in {len(rounds)} rounds, "
+            f"{cfg['train_seconds'] / 3600:.2f} h of CPU training, draft vocabulary "
+            f"{cfg['draft_vocab_size']:,} tokens. Its model card (`{HEAD}/README.md`) gives every "
+            "round's command; `EXPERIMENTS.md` beside it records what was tried and its effect.", "",
+            *table(["round", "date", "tokens", "hours", "validation top-1", "training text"], rows),
+            "", f"*File `{HEAD}/config.json`, written by `train-head`.*", "",
+            f"**Decoding.** EAGLE-2 with the course's tree (`{tree_name(mt['tree'])}`) on all {mt['prompts']} "
+            f"MT-bench first turns, {mt['max_new_tokens']} new tokens each: **tau "
+            f"{mt['tau']:.2f} ± {mt['tau_se']:.3f}** tokens per draft-verify cycle (all accepted "
+            "tokens over all cycles, bonus included, prefill not counted; standard error over "
+            f"prompts). The mean of per-prompt tau is {mt['tau_prompt_mean']:.2f}; new tokens per "
+            f"target forward, the prefill included, {mt['tokens_per_forward']:.2f}.", "",
+            *table(["MT-bench category", "tau"], cats), "",
+            f"With the paper's EAGLE-2 tree (`{pm['tree']}`) tau is {pm['tau']:.2f} ± "
+            f"{pm['tau_se']:.3f} on the same {pm['prompts']} prompts. The course keeps its smaller "
+            "tree because on this CPU a forward of many tokens costs several one-token forwards "
+            "(the cost curve above), which eats the larger tree's gain.", "",
+            f"**Teacher-forced** on ShareGPT test conversations ({tt['counts'][0][1]:,} positions "
+            f"scored at step 0): top-1 {tt['top1']:.3f}, n-alpha for n = 0..{len(tt['alpha']) - 1}: "
+            + " / ".join(f"{a:.3f}" for a in tt["alpha"]) + ".", "",
+            source(EVAL, e), "", source(EVAL_PAPER_TREE, p), "",
+            f"For scale, the paper's figure: {PAPER_HEAD}, after far more training.", ""]
+
+
+def ablation_section(f: Files) -> list[str]:
+    from .ablation import FORMAT, summary_table
+    u = f.json(ABLATION)
+    head = ["## Feature uncertainty: the four-input ablation (EAGLE §3.1, Figs. 4 and 8)", "",
+            "Four heads with the same data, steps, optimizer and layer; only the input differs "
+            "(notebook 02). Validation top-1 and 1-alpha are teacher-forced; tau is EAGLE-2 "
+            "decoding of MT-bench prompts. The paper's column is the paper's (Vicuna-7B).", ""]
+    if u.get("format") == FORMAT:
+        checks = [[c["claim"], c["paper"], c["ours"], "holds" if c["holds"] else "does not hold"]
+                  for c in u["checks"]]
+        body = [summary_table(u), "", *table(["claim", "paper", "ours (paired 95% interval)",
+                                               "verdict"], checks)]
+    else:
+        rows = []
+        for name, v in u["variants"].items():
+            last, p = v["epochs"][-1], u["paper"][name]
+            paper = f"{p['accuracy']} / {p['speedup']}x" if "speedup" in p else p["note"]
+            rows.append([f"{v['label']} {v['reads']}", f"{last['top1']:.3f}",
+                         f"{last['alpha'][1]:.3f}", f"{v['decode']['tau']:.2f}",
+                         f"{u['uncertainty']['branches']['heads'][name]['both_branches_top1']:.2f}",
+                         paper])
+        d, cfg = u["data"], u["config"]
+        body = [f"**An older single-seed run** (format `{u.get('format')}`): "
+                f"{d['train_tokens']:,} training tokens x {cfg['epochs']} epochs, seed "
+                f"{cfg['seed']}, {d['val_examples']} validation conversations, tau on "
+                f"{cfg['prompts']} prompts. It keeps no per-conversation counts, so it carries no "
+                "error bars and decides none of the paper's claims; the seeded run (format "
+                f"`{FORMAT}`, `python -m eagle_mini experiment uncertainty --size full`) replaces "
+                "this table with intervals and paired checks once it is committed.", "",
+                *table(["input", "val top-1", "1-alpha", "tau", "right on both branches",
+                        "paper top-1 / speedup"], rows)]
+        if u.get("tau_note"):
+            body += ["", f"Note in the file: {u['tau_note']}."]
+    return head + body + ["", source(ABLATION, u), ""]
+
+
+def claims_section(f: Files) -> list[str]:
+    from .claims import cell
+    t = f.json(CLAIMS)
+    rows = [[r["claim"], f"{r['paper']['figure']} ({r['paper']['setting']})",
+             "<br>".join(cell(q).replace("|", "\\|") for q in r["ours"]) or "-", r["status"]]
+            for r in t["rows"]]
+    return ["## The papers' claims against ours", "", t["note"], "",
+            *table(["claim", "paper", "ours (95% interval)", "holds?"], rows), "",
+            f"*File `{RESULTS}/{CLAIMS}` (and `paper_vs_ours.md`, with each row's rule and "
+            f"sources), made by `{t['command']}` from the files it names.*", ""]
+
+
+def bench_section(f: Files) -> list[str]:
+    from .bench import markdown_table
+    out = ["## Speed on this CPU (`bench`)", "",
+           "Methods interleaved prompt by prompt in one run; speedups are ratios within that run. "
+           "`predicted` is the cost model tau / (c(N)/c(1) + draft cost) from the curve measured "
+           "in the same run. These runs predate the current head: each names the head it used.", ""]
+    for name in BENCHES:
+        r = f.json(f"{name}/bench.json")
+        eagle = {m: v for m, v in r["methods"].items() if m in EAGLE_METHODS}
+        verify = [v["verify_fraction"] for v in eagle.values()]
+        best = max(eagle, key=lambda m: eagle[m]["speedup"])
+        curve = dict(zip(r["cost_curve"]["ns"], r["cost_curve"]["relative"]))
+        title = (f"### {r['dtype']}, T={r['temperature']:g}, {r['n']} {r['dataset']} prompts x "
+                 f"{r['max_new_tokens']} tokens")
+        facts = (f"Head: {short_head(r['head'])}. Verification takes "
+                 f"{min(verify):.0%}-{max(verify):.0%} of the EAGLE methods' time; this run's "
+                 f"c(16)/c(1) is {curve.get(16, float('nan')):.2f}. Fastest EAGLE method: "
+                 f"{best}, {eagle[best]['speedup']:.2f}x vanilla.")
+        if r["temperature"] == 0 and not all(v["equal_to_vanilla"] for v in r["methods"].values()):
+            agree = [v["prefix_agreement"] for v in r["methods"].values() if "prefix_agreement" in v
+                     and not v["equal_to_vanilla"]]
+            facts += (" No method reproduces vanilla greedy in this dtype, HF's own prompt lookup "
+                      "included: texts part at ties and near-ties of the logits, which a "
+                      "many-token forward rounds differently from a one-token forward, after "
+                      f"{min(agree):.0%}-{max(agree):.0%} of the tokens (the notes under the "
+                      "table give the logit margins). This is why fp32 is the reference here, and "
+                      "why \"lossless\" in bf16/fp16 means \"up to ties at that precision\".")
+        if r["temperature"] > 0:
+            facts += (" Outputs are samples, so \"= vanilla\" does not apply: the chi-square tests "
+                      "check losslessness at T > 0.")
+        out += [title, "", facts, "", markdown_table(r).rstrip("\n"), ""]
+        if r.get("tau_note"):
+            out += [f"Note in the file: {r['tau_note']}.", ""]
+        out += [source(f"{name}/bench.json", r), ""]
+    return out
+
+
+def lossless_section(f: Files) -> list[str]:
+    c = f.json(LOSSLESS)
+    methods = [m for m in c["tau"]]
+    same = {m: sum(r[m]["identical"] for r in c["rows"]) for m in methods}
+    return ["## Losslessness (`check-lossless`)", "",
+            f"Greedy EAGLE against vanilla greedy on {len(c['rows'])} MT-bench prompts spread over "
+            f"its categories, {c['max_new_tokens']} new tokens, {short_head(c['head'])}: "
+            + "; ".join(f"{m} identical on {same[m]}/{len(c['rows'])} (tau {c['tau'][m]:.2f})"
+                        for m in methods) + ".", "", source(LOSSLESS, c), ""]
+
+
+def plan_section() -> list[str]:
+    from ..models import BIG_CONFIGS
+    from ..training.commands import training_plan
+    tokens = 68_000 * 1_000
+    p = training_plan(BIG_CONFIGS["vicuna-7b"], tokens)
+    return ["## What a 7B head costs (computed, not measured)", "",
+            "`eagle_mini.training.commands.training_plan` for Vicuna-7B on the paper's data "
+            "(ShareGPT's 68k dialogues at about 1k tokens each): features on disk "
+            f"{p['feature_disk_gb']:,.0f} GB in fp16, the target {p['target_bf16_gb']:.1f} GB in "
+            f"bf16, the head {p['head_params_m'] / 1e3:.2f}B parameters = "
+            f"{p['head_adamw_fp32_gb']:.1f} GB with AdamW state in fp32. Notebook 03 turns these "
+            "into GPU-hours under a stated assumption.", ""]
+
+
+def results_markdown(root=".") -> str:
+    f = Files(root)
+    parts = [["# Results", "",
+              f"Generated by `{COMMAND}` from the committed files in `{RESULTS}/` and `{HEAD}/`; "
+              "do not edit by hand. Every figure names the file it was read from and the command "
+              "that made that file, with the machine it ran on. Measurements are at batch 1 on a "
+              "2-core x86-64 CPU unless a file names a GPU; timings on such a machine are noisy, "
+              "so methods are compared as ratios measured side by side in one run. Terms: "
+              "[glossary](notebooks/GLOSSARY.md).", ""],
+             cost_section(f), head_section(f), claims_section(f), ablation_section(f),
+             bench_section(f), lossless_section(f), plan_section()]
+    return "\n".join(line for part in parts for line in part).rstrip("\n") + "\n"
+
+
+# ---------------------------------------------------------------- README blocks
+
+def readme_results(f: Files) -> str:
+    e, p, c, lo = f.json(EVAL), f.json(EVAL_PAPER_TREE), f.json(COST), f.json(LOSSLESS)
+    bench = f.json(f"{BENCHES[0]}/bench.json")
+    curve = dict(zip(c["ns"], c["relative"]))
+    eagle2 = bench["methods"]["eagle2"]
+    rows = [[f"tau, EAGLE-2 (`{tree_name(e['mtbench']['tree'])}`), {e['mtbench']['prompts']} MT-bench prompts",
+             f"{e['mtbench']['tau']:.2f} ± {e['mtbench']['tau_se']:.3f}", f"`{EVAL}`"],
+            [f"tau, the paper's EAGLE-2 tree (`{p['mtbench']['tree']}`)",
+             f"{p['mtbench']['tau']:.2f} ± {p['mtbench']['tau_se']:.3f}", f"`{EVAL_PAPER_TREE}`"],
+            ["top-1 / 1-alpha, ShareGPT test text", f"{e['test_text']['top1']:.3f} / "
+             f"{e['test_text']['alpha'][1]:.3f}", f"`{EVAL}`"],
+            [f"greedy EAGLE = vanilla, {len(lo['rows'])} prompts",
+             "all identical" if lo["all_identical"] else "NOT all identical", f"`{LOSSLESS}`"],
+            ["c(16)/c(1) and c(64)/c(1), fp32, prepacked", f"{curve[16]:.2f} and {curve[64]:.2f}",
+             f"`{COST}`"],
+            [f"EAGLE-2 speed vs vanilla, fp32 (an older head, {bench['n']} prompts)",
+             f"{eagle2['speedup']:.2f}x", f"`{BENCHES[0]}/`"]]
+    return "\n".join(table(["measured (SmolLM2-135M, shipped head, this CPU)", "ours", "file"], rows)
+                     + ["", f"Generated by `{COMMAND}`; every figure with its command and the "
+                            "rest of the results: [RESULTS.md](RESULTS.md)."])
+
+
+def notebook_minutes(path: Path) -> float | None:
+    """Wall time of the committed run: first cell's start to last cell's reply (nbclient's
+    `execution` timestamps); None if the notebook carries none."""
+    stamps = [c["metadata"]["execution"] for c in json.loads(path.read_text())["cells"]
+              if c["cell_type"] == "code" and "execution" in c.get("metadata", {})]
+    if not stamps:
+        return None
+
+    def t(s):
+        return datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return (t(stamps[-1]["shell.execute_reply"]) - t(stamps[0]["iopub.execute_input"])).total_seconds() / 60
+
+
+def readme_notebooks(root: Path) -> str:
+    rows = []
+    for path in sorted((root / "notebooks").glob("[0-9]*.ipynb")):
+        minutes = notebook_minutes(path)
+        rows.append([f"[`{path.stem}`](notebooks/{path.name})",
+                     NOTEBOOK_TOPICS.get(path.stem, "(add its topic to report.NOTEBOOK_TOPICS)"),
+                     "-" if minutes is None else f"{minutes:.1f} min"])
+    return "\n".join(table(["notebook", "what it teaches", "committed run"], rows)
+                     + ["", "The run time is the committed run's, from its cells' timestamps "
+                            f"(first cell started to last cell done; generated by `{COMMAND}`)."])
+
+
+def readme_blocks(root=".") -> dict[str, str]:
+    return {"results": readme_results(Files(root)), "notebooks": readme_notebooks(Path(root))}
+
+
+def fill(text: str, blocks: dict[str, str]) -> str:
+    """`text` with every `<!-- generated:NAME -->...<!-- /generated:NAME -->` block replaced."""
+    for name, body in blocks.items():
+        pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- /generated:{name} -->)", re.DOTALL)
+        if not pattern.search(text):
+            raise EagleMiniError(f"README.md has no <!-- generated:{name} --> block")
+        text = pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+    return text
+
+
+def expected(root=".") -> dict[Path, str]:
+    root = Path(root)
+    readme = root / "README.md"
+    return {root / "RESULTS.md": results_markdown(root),
+            readme: fill(readme.read_text(), readme_blocks(root))}
+
+
+def stale(root=".") -> list[Path]:
+    """The documents that differ from what the committed results produce."""
+    return [p for p, text in expected(root).items() if not p.exists() or p.read_text() != text]
+
+
+def write(root=".") -> list[Path]:
+    """Write RESULTS.md and the README's blocks; returns the files that changed."""
+    changed = []
+    for p, text in expected(root).items():
+        if not p.exists() or p.read_text() != text:
+            p.write_text(text)
+            changed.append(p)
+    return changed

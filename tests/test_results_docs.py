@@ -1,0 +1,74 @@
+"""RESULTS.md and the README's generated tables are what the committed results files produce.
+
+`python -m eagle_mini results-md` writes them (`eagle_mini.measure.report`); these tests
+regenerate both from `data/results/` and `data/heads/` and compare. A failure means a results file
+(or a committed notebook, whose run time the README shows) changed without the documents: run the
+command and commit what it writes.
+"""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.measure import report
+from eagle_mini.measure.report import expected, fill, notebook_minutes, results_markdown
+
+
+
+@pytest.fixture(scope="module")
+def root():
+    import eagle_mini
+    return Path(eagle_mini.__file__).resolve().parents[1]
+
+
+def test_committed_results_md_and_readme_blocks_are_what_the_results_files_produce(root):
+    for path, text in expected(root).items():
+        assert path.read_text() == text, \
+            f"{path.name} is out of date: run `python -m eagle_mini results-md` and commit it"
+
+
+def test_every_measured_figure_names_its_file_and_command(root):
+    text = results_markdown(root)
+    for name in (report.COST, report.COST_BF16, report.EVAL, report.EVAL_PAPER_TREE,
+                 report.LOSSLESS, report.ABLATION, *(f"{b}/bench.json" for b in report.BENCHES)):
+        doc = json.loads((root / report.RESULTS / name).read_text())
+        assert f"`{report.RESULTS}/{name}`, made by `{doc['command']}`" in text, name
+    assert "generated:results" in (root / "README.md").read_text()
+
+
+def test_a_changed_results_file_changes_the_documents(root, tmp_path):
+    shutil.copytree(root / "data", tmp_path / "data")
+    shutil.copytree(root / "notebooks", tmp_path / "notebooks",
+                    ignore=shutil.ignore_patterns("student", "assignments"))
+    shutil.copy(root / "README.md", tmp_path / "README.md")
+    path = tmp_path / report.RESULTS / report.EVAL
+    doc = json.loads(path.read_text())
+    doc["mtbench"]["tau"] = 9.8765
+    path.write_text(json.dumps(doc))
+    readme = expected(tmp_path)[tmp_path / "README.md"]
+    assert "9.88 ±" in readme and "9.88 ±" in results_markdown(tmp_path)
+    assert report.stale(tmp_path) == [tmp_path / "RESULTS.md", tmp_path / "README.md"]
+    report.write(tmp_path)
+    assert report.stale(tmp_path) == []
+
+
+def test_fill_replaces_only_the_marked_block_and_names_a_missing_one():
+    text = "a\n<!-- generated:x -->\nold\n<!-- /generated:x -->\nb\n"
+    assert fill(text, {"x": "new"}) == "a\n<!-- generated:x -->\nnew\n<!-- /generated:x -->\nb\n"
+    with pytest.raises(EagleMiniError, match="generated:y"):
+        fill(text, {"y": "new"})
+
+
+def test_a_notebooks_run_time_is_read_from_its_cell_timestamps(tmp_path):
+    def cell(start, end):
+        return {"cell_type": "code", "metadata": {"execution": {
+            "iopub.execute_input": start, "shell.execute_reply": end}}}
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}},
+                    cell("2026-01-01T10:00:00.0Z", "2026-01-01T10:00:30.0Z"),
+                    cell("2026-01-01T10:01:00.0Z", "2026-01-01T10:03:00.0Z")]}
+    (tmp_path / "a.ipynb").write_text(json.dumps(nb))
+    assert notebook_minutes(tmp_path / "a.ipynb") == 3.0
+    (tmp_path / "b.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}}]}))
+    assert notebook_minutes(tmp_path / "b.ipynb") is None
