@@ -1,6 +1,7 @@
 # eagle_mini: two commands do all set-up on a fresh machine.
 #   make demo   - create .venv, install pinned packages and the course assets, run the main job
 #   make test   - the same set-up if needed, then the whole test suite (pytest + notebooks)
+#   make test-browser - the notebooks with widgets in JupyterLab in headless Chromium
 #   make assignments / make grade SUBMISSION=nb.ipynb - student editions and autograding (nbgrader)
 PYTHON ?= python3
 VENV   := .venv
@@ -8,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: setup assets demo test test-fast assignments grade clean
+.PHONY: setup assets demo test test-fast test-browser assignments grade clean
 
 setup: $(STAMP)
 
@@ -32,6 +33,12 @@ test: $(STAMP)
 ifneq ($(NOTEBOOKS),)
 	EAGLE_MINI_SCALE=ci $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider $(NOTEBOOKS)
 endif
+
+# Every numbered notebook that uses ipywidgets, run in JupyterLab in headless Chromium at ci scale:
+# the first slider moves (or the first button is clicked) and the outputs must change. Installs
+# Debian's chromium + chromium-driver when missing (as root); screenshots in runs/browser/.
+test-browser: $(STAMP)
+	$(PY) -m eagle_mini.course.browser
 
 # Student editions (solutions and hidden tests stripped) of notebooks/assignments/source/* in
 # notebooks/assignments/release/, and of every numbered notebook in notebooks/student/.
