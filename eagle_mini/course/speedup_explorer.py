@@ -150,8 +150,8 @@ def points(runs: dict[str, dict]) -> list[dict]:
 
 
 def draw(state: dict, pts: list[dict], ax, tau_max: float = 6.0):
-    """The model's line for the explorer's settings, its break-even tau, and the measured points
-    (filled) with their own cost-model predictions (hollow) at their tau."""
+    """The model's line for the explorer's settings, its break-even tau, and the measured points,
+    each joined to a tick at its own cost-model prediction."""
     import numpy as np
     import pandas as pd
     import seaborn as sns
@@ -169,14 +169,16 @@ def draw(state: dict, pts: list[dict], ax, tau_max: float = 6.0):
                   f"(break-even tau {state['break_even_tau']:.2f})")
     if pts:
         frame = pd.DataFrame(pts)
-        for _, p in frame.iterrows():
-            ax.plot([p["tau"], p["tau"]], [p["cost model"], p["measured"]], color="0.7", lw=0.8, zorder=1)
-        sns.scatterplot(data=frame, x="tau", y="cost model", hue="run", style="method", ax=ax, s=70,
-                        facecolor="none", legend=False, zorder=2)
-        sns.scatterplot(data=frame, x="tau", y="measured", hue="run", style="method", ax=ax, s=70, zorder=3)
+        palette = dict(zip(frame["run"].unique(), sns.color_palette(n_colors=frame["run"].nunique())))
+        for _, p in frame.iterrows():   # a tick at the model's prediction, joined to the measurement
+            ax.plot([p["tau"], p["tau"]], [p["cost model"], p["measured"]], color=palette[p["run"]], lw=0.8,
+                    alpha=0.6, zorder=1)
+            ax.plot([p["tau"]], [p["cost model"]], "_", color=palette[p["run"]], ms=9, mew=1.5, zorder=2)
+        sns.scatterplot(data=frame, x="tau", y="measured", hue="run", style="method", palette=palette, ax=ax,
+                        s=70, zorder=3)
     ax.set(xlabel="tau (tokens per draft-verify cycle, the papers' tau)", ylabel="speedup over vanilla",
            xlim=(1, tau_max), ylim=(0, max(2.5, state["speedup"] * 1.1)))
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return ax
 
 
@@ -222,7 +224,7 @@ class SpeedupExplorer:
         state = self.state()
         with self.output:
             clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(9, 4.6), layout="constrained")
+            fig, ax = plt.subplots(figsize=(10.5, 4.6), layout="constrained")
             draw(state, self.pts, ax)
             display(fig)
             plt.close(fig)
