@@ -157,15 +157,16 @@ class Lab:
             file = settings / f"{plugin}.jupyterlab-settings"
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_text(json.dumps(values))
-        self.env = {**os.environ, "EAGLE_MINI_SCALE": "ci", "JUPYTERLAB_SETTINGS_DIR": str(settings),
+        self.env = {**os.environ, "EAGLE_MINI_SCALE": "ci",
+                    "JUPYTERLAB_SETTINGS_DIR": str(settings),
                     "JUPYTERLAB_WORKSPACES_DIR": str(work / "workspaces"),
                     "JUPYTER_CONFIG_DIR": str(work / "config"),
                     "JUPYTER_RUNTIME_DIR": str(work / "runtime")}
         self.root = work / "notebooks"
         self.root.mkdir()
         self.log = open(log, "w")
-        self.proc = subprocess.Popen(lab_command(self.port, self.token, self.root, os.geteuid() == 0),
-                                     cwd=self.root, env=self.env, stdout=self.log,
+        command = lab_command(self.port, self.token, self.root, as_root=os.geteuid() == 0)
+        self.proc = subprocess.Popen(command, cwd=self.root, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
     def url(self, path: str) -> str:
@@ -242,7 +243,8 @@ if (!session || !session.kernel) return {kernel: 'starting'};
 const cells = panel.content.model.cells, errors = [];
 for (let i = 0; i < cells.length; i++) {
   const cell = cells.get(i);
-  if (cell.type !== 'code' || (cell.getMetadata('tags') || []).includes('raises-exception')) continue;
+  const tags = cell.getMetadata('tags') || [];
+  if (cell.type !== 'code' || tags.includes('raises-exception')) continue;
   for (const out of cell.outputs.toJSON())
     if (out.output_type === 'error') errors.push(`cell ${i}: ${out.ename}: ${out.evalue}`);
 }
@@ -266,7 +268,8 @@ const node = panel.content.node;
 const handle = node.querySelector('.jp-OutputArea .widget-slider .noUi-handle');
 const control = handle || node.querySelector('.jp-OutputArea button.jupyter-button');
 if (!control) return null;
-const widget = control.closest('.lm-Widget');  // its view (a SelectionSlider has no .jupyter-widgets)
+// its view (.lm-Widget: a SelectionSlider's view has no .jupyter-widgets class)
+const widget = control.closest('.lm-Widget');
 widget.setAttribute('data-browser-control', '');
 return [handle ? 'slider' : 'button', control, widget,
         control.closest('.jp-Cell').querySelector('.jp-Cell-outputWrapper')];
@@ -306,7 +309,7 @@ def wait_for(check, timeout: float, what: str, poll: float = 1.0):
 
 
 def run_notebook(driver, lab: Lab, name: str, shots: Path, timeout: float) -> str:
-    """Open, Run All, move the first control, check the outputs changed; one line on what happened."""
+    """Open, Run All, move the first control, check that the outputs changed; one line says how."""
     from selenium.webdriver.common.keys import Keys
 
     stem = Path(name).stem
@@ -328,12 +331,13 @@ def run_notebook(driver, lab: Lab, name: str, shots: Path, timeout: float) -> st
     outputs.screenshot(str(shots / f"{stem}-1-before.png"))
     before = driver.execute_script(OUTPUT_PARTS_JS, name)
     if kind == "slider":
-        shown = lambda: widget.text.replace("\n", " ")  # noqa: E731 (its label and readout)
-        value, was = control.get_attribute("aria-valuenow"), shown()
+        def shown():  # label and readout, and the handle's aria value (rounded: 0.51 reads 0.5)
+            return widget.text.replace("\n", " "), control.get_attribute("aria-valuenow")
+        was = shown()
         control.send_keys(Keys.ARROW_RIGHT)
-        if control.get_attribute("aria-valuenow") == value:  # at its maximum: step down instead
+        if shown() == was:  # at its maximum: step down instead
             control.send_keys(Keys.ARROW_LEFT)
-        action = f"slider {was!r} -> {shown()!r}"
+        action = f"slider {was[0]!r} -> {shown()[0]!r}"
     else:
         action = f"button {control.text!r} clicked"
         control.click()
@@ -343,7 +347,8 @@ def run_notebook(driver, lab: Lab, name: str, shots: Path, timeout: float) -> st
             return None
         after = driver.execute_script(OUTPUT_PARTS_JS, name)
         time.sleep(1)  # the same twice, a second apart: the callback has finished drawing
-        return after == driver.execute_script(OUTPUT_PARTS_JS, name) and describe_change(before, after)
+        same = after == driver.execute_script(OUTPUT_PARTS_JS, name)
+        return same and describe_change(before, after)
 
     change = wait_for(settled_change, 180, f"{action}: a change in the outputs")
     outputs.screenshot(str(shots / f"{stem}-2-after.png"))
@@ -392,9 +397,8 @@ def main(argv=None):
                           flush=True)
                 except Exception as err:  # report every notebook, then fail
                     failures += 1
-                    message = (getattr(err, "msg", None) or str(err)).strip().splitlines()
-                    print(f"FAIL {path.stem}: {type(err).__name__}: {message[0] if message else ''}",
-                          flush=True)
+                    message = (getattr(err, "msg", None) or str(err)).strip().splitlines() or [""]
+                    print(f"FAIL {path.stem}: {type(err).__name__}: {message[0]}", flush=True)
                 lab.shutdown_kernels()
         finally:
             lab.stop()
