@@ -52,6 +52,8 @@ NOTEBOOK_TOPICS = {
                    "figures or a labelled 7B projection",
     "07_beyond_eagle1": "EAGLE-2 vs EAGLE-1 side by side, reduced draft vocabulary, batching, "
                         "exporting a head for serving engines",
+    "08_eagle3": "EAGLE-3's head: fused low, middle and high features, the training-time test, "
+                 "its own draft vocabulary, trained and decoded live",
 }
 
 
