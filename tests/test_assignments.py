@@ -181,6 +181,9 @@ def test_committed_student_editions_are_what_make_assignments_writes(tmp_path):
         assert files == sorted(p.relative_to(new) for p in fresh if new in p.parents), \
             f"{committed} is out of date: run `make assignments`"
         for path in files:
+            if path.suffix != ".ipynb":  # the glossary the student editions link to
+                assert (new / path).read_text() == (committed / path).read_text(), path
+                continue
             assert normalized(read(new / path)) == normalized(read(committed / path)), \
                 f"{committed / path} is out of date: run `make assignments`"
 

@@ -16,8 +16,8 @@ oracle); hidden tests run the student's code inside `guard.reference_off`.
 * `release()` runs nbgrader's `generate_assignment` (solutions replaced by a stub, hidden tests
   removed) in a throwaway course directory and writes the student editions: every assignment to
   `notebooks/assignments/release/<name>/`, every numbered notebook to `notebooks/student/`.
-  Solution and graded cells start without output, the narration keeps its outputs. The output is
-  deterministic, so it is committed.
+  Solution and graded cells start without output (execution counts kept), the narration keeps
+  its outputs. The output is deterministic, so it is committed.
 * `grade(paths)` autogrades submitted notebooks of both kinds in a throwaway course directory with
   a fresh gradebook: graded cells, hidden tests included, are restored from the sources, and every
   notebook runs in a kernel of *this* interpreter, offline, with a timeout per cell.
@@ -47,6 +47,7 @@ ASSIGNMENTS = NOTEBOOKS / "assignments"
 SOURCE = ASSIGNMENTS / "source"
 RELEASE = ASSIGNMENTS / "release"
 STUDENT = NOTEBOOKS / "student"
+GLOSSARY = "GLOSSARY.md"  # the numbered notebooks link to it; student editions get a copy
 SETUP_TAG = "exercise-setup"  # a numbered notebook's cell whose definitions its exercises need
 HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
 CELL_TIMEOUT = 120  # seconds a cell may run when autograding; every graded cell needs a few
@@ -208,11 +209,13 @@ def _write(notebook: dict, path: Path) -> None:
 
 def _student_edition(path: Path, out: Path) -> Path:
     """Copy a notebook nbgrader generated to `out`, solution and graded cells without outputs
-    (they came from the solutions and the hidden tests); the narration keeps its outputs."""
+    (they came from the solutions and the hidden tests); the narration keeps its outputs. Every
+    code cell keeps its execution count, as nbval and the notebook checks expect of an executed
+    notebook."""
     notebook = json.loads(path.read_text())
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code" and _nbgrader(cell):
-            cell["outputs"], cell["execution_count"] = [], None
+            cell["outputs"] = []
             for key in ("collapsed", "scrolled"):
                 cell["metadata"].pop(key, None)
     _write(notebook, out)
@@ -256,7 +259,9 @@ def _course(notebooks: dict[str, dict]):
 def release(source: Path = SOURCE, out: Path = RELEASE, numbered: Path = NOTEBOOKS,
             student: Path = STUDENT) -> list[Path]:
     """Write the student editions: every assignment's to `out/<name>/<name>.ipynb`, every
-    numbered notebook's to `student/<name>.ipynb`; returns the notebooks written.
+    numbered notebook's to `student/<name>.ipynb`, and beside them a copy of the glossary the
+    notebooks link to (`GLOSSARY.md`, so the links resolve in `student/` too); returns the files
+    written.
 
     Earlier editions go first, so a removed notebook's disappears too (only `out` folders that hold
     a `<folder>.ipynb` and `student` files named like a numbered notebook: nothing else is touched).
@@ -273,6 +278,9 @@ def release(source: Path = SOURCE, out: Path = RELEASE, numbered: Path = NOTEBOO
         for name in notebooks:
             to = out / name / f"{name}.ipynb" if name in assignments else student / f"{name}.ipynb"
             written.append(_student_edition(root / "release" / name / f"{name}.ipynb", to))
+        glossary = numbered / GLOSSARY
+        if glossary.exists() and lessons:
+            written.append(Path(shutil.copyfile(glossary, student / GLOSSARY)))
         return written
 
 
