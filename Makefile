@@ -34,7 +34,7 @@ ifneq ($(NOTEBOOKS),)
 	EAGLE_MINI_SCALE=ci $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider $(NOTEBOOKS)
 endif
 
-# Every numbered notebook that uses ipywidgets, run in JupyterLab in headless Chromium at ci scale:
+# Every numbered notebook with widgets, run in JupyterLab in headless Chromium at ci scale:
 # the first slider moves (or the first button is clicked) and the outputs must change. Installs
 # Debian's chromium + chromium-driver when missing (as root); screenshots in runs/browser/.
 test-browser: $(STAMP)

@@ -26,6 +26,18 @@ def test_a_notebook_uses_widgets_when_its_code_imports_ipywidgets():
         assert not uses_widgets(notebook(*cells))
 
 
+def test_a_notebook_uses_widgets_when_its_saved_state_holds_a_slider_or_a_button():
+    def saved(*models):
+        state = {str(i): {"model_name": m, "state": {}} for i, m in enumerate(models)}
+        return {"cells": [{"cell_type": "code", "source": ["StepperWidget(target, head)"]}],
+                "metadata": {"widgets": {"application/vnd.jupyter.widget-state+json":
+                                         {"state": state}}}}
+    for control in ("IntSliderModel", "SelectionSliderModel", "ButtonModel", "ToggleButtonsModel"):
+        assert uses_widgets(saved("LayoutModel", control, "OutputModel"))
+    assert not uses_widgets(saved("FloatProgressModel", "HTMLModel", "HBoxModel"))  # tqdm's bar
+    assert not uses_widgets(saved())
+
+
 def test_widget_notebooks_are_the_numbered_ones_with_widgets_in_course_order(tmp_path):
     def write(name, *cells):
         (tmp_path / name).write_text(json.dumps(notebook(*cells)))

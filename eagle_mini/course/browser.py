@@ -1,9 +1,10 @@
 """`make test-browser`: every numbered notebook with widgets, run in a real browser.
 
 nbval checks a notebook's outputs, but never draws a widget or sends it an event. Here each
-numbered notebook whose code imports ipywidgets is opened in JupyterLab in headless Chromium, run
-(Run All, at `EAGLE_MINI_SCALE=ci`), and then used as a learner would: the first slider moves one
-step with the arrow key (a notebook with buttons only: the first button is clicked). The check is
+numbered notebook with widgets (its code imports ipywidgets, or its saved widget state holds a
+slider or a button) is opened in JupyterLab in headless Chromium, run (Run All, at
+`EAGLE_MINI_SCALE=ci`), and then used as a learner would: the first slider moves one step with
+the arrow key (a notebook with buttons only: the first button is clicked). The check is
 that the notebook's outputs changed - their text, images, canvases and form values, the control
 itself left out, since its own readout always changes. Screenshots of the control's cell before
 and after go to `runs/browser/`.
@@ -41,6 +42,8 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 INSTALL = "apt-get install -y chromium chromium-driver"
 TRACEBACK = "Traceback (most recent call last)"
 WIDGETS = re.compile(r"^\s*(import|from) ipywidgets\b", re.MULTILINE)
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+CONTROL_MODEL = re.compile(r"(Slider|Buttons?)Model$")  # IntSliderModel, ToggleButtonsModel, ...
 
 # JupyterLab user settings for the run: no autosave, no news or update checks (nothing may leave
 # this machine), and every cell kept in the page so a widget's output can be read wherever it is.
@@ -52,13 +55,17 @@ LAB_SETTINGS = {
 
 
 def uses_widgets(notebook: dict) -> bool:
-    """Whether a notebook's code imports ipywidgets (outputs and markdown do not count).
+    """Whether a notebook has widgets to use: its code imports ipywidgets, or its saved widget state
+    holds a slider or a button (a widget built by a package helper, such as `course.stepper`'s).
+    Progress bars (tqdm's) are neither; markdown and outputs do not count.
 
     >>> uses_widgets({"cells": [{"cell_type": "code", "source": ["import ipywidgets as w\\n"]}]})
     True
     """
-    return any(cell["cell_type"] == "code" and WIDGETS.search("".join(cell["source"]))
-               for cell in notebook["cells"])
+    saved = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    return (any(cell["cell_type"] == "code" and WIDGETS.search("".join(cell["source"]))
+                for cell in notebook["cells"])
+            or any(CONTROL_MODEL.search(m.get("model_name", "")) for m in saved.values()))
 
 
 def widget_notebooks(folder: Path) -> list[Path]:
@@ -361,14 +368,14 @@ def run_notebook(driver, lab: Lab, name: str, shots: Path, timeout: float) -> st
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="default: every numbered notebook in notebooks/ that uses ipywidgets")
+                        help="default: every numbered notebook in notebooks/ with widgets")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "browser",
                         help="screenshots and the JupyterLab log")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for one Run All")
     args = parser.parse_args(argv)
     notebooks = args.notebooks or widget_notebooks(ROOT / "notebooks")
     if not notebooks:
-        print("no numbered notebook uses ipywidgets: nothing to test")
+        print("no numbered notebook has widgets: nothing to test")
         return 0
     ensure_browser()
     try:
