@@ -180,7 +180,7 @@ class EagleDecoder:
 
     @torch.no_grad()
     def draft(self) -> Draft:
-        """The head's draft tree under the current root (EAGLE §3.2 static, EAGLE-2 §4 dynamic)."""
+        """The head's draft tree under the current root (EAGLE §3.1 static, EAGLE-2 §4 dynamic)."""
         start = time.perf_counter()
         draft = self.drafter.draft(self.root)
         self.seconds["draft"] += time.perf_counter() - start

@@ -1,4 +1,4 @@
-"""Drafting a token tree with the head: static trees (EAGLE §3.2) and dynamic trees (EAGLE-2 §4).
+"""Drafting a token tree with the head: static trees (EAGLE §3.1) and dynamic trees (EAGLE-2 §4).
 
 The head keeps its own KV cache in two parts. The *stable* part holds entries computed from the
 target's true features; drafting appends entries computed from the head's own *predicted* features,

@@ -1,4 +1,4 @@
-"""The target wrapper verifies trees on an unmodified HF model (EAGLE §3.2-3.3).
+"""The target wrapper verifies trees on an unmodified HF model (EAGLE §3.1, §3.3).
 
 Oracle: running each root-to-leaf path as a plain causal sequence. A tree-masked forward must give
 the same logits at every node, and keeping one path's cache entries must give the same cache as

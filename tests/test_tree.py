@@ -1,4 +1,4 @@
-"""Draft tree structure (EAGLE §3.2): hand-worked trees, EAGLE-1's default tree, random trees."""
+"""Draft tree structure (EAGLE §3.1): hand-worked trees, EAGLE-1's default tree, random trees."""
 import json
 
 import pytest

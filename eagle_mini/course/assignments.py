@@ -49,6 +49,7 @@ RELEASE = ASSIGNMENTS / "release"
 STUDENT = NOTEBOOKS / "student"
 GLOSSARY = "GLOSSARY.md"  # the numbered notebooks link to it; student editions get a copy
 SETUP_TAG = "exercise-setup"  # a numbered notebook's cell whose definitions its exercises need
+PREDICT_TAG = "predict-answer"  # a cell that reveals a predict-then-run answer: no output in student editions
 HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
 CELL_TIMEOUT = 120  # seconds a cell may run when autograding; every graded cell needs a few
 # The first cell grading runs in a numbered notebook: nbgrader zeroes a graded cell that writes to
@@ -61,7 +62,7 @@ DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef
 # ---------------------------------------------------------------- used by the notebooks' tests
 
 def random_choices(rng, n_nodes: int, max_rank: int = 3) -> list[list[int]]:
-    """`n_nodes` random draft nodes as EAGLE-1 choices (EAGLE §3.2), in the order they were made.
+    """`n_nodes` random draft nodes as EAGLE-1 choices (EAGLE §3.1), in the order they were made.
 
     Each new node hangs from a random earlier node (the root included) with fewer than `max_rank`
     children and takes the next free rank, so every prefix of a choice is a choice too.
@@ -209,12 +210,15 @@ def _write(notebook: dict, path: Path) -> None:
 
 def _student_edition(path: Path, out: Path) -> Path:
     """Copy a notebook nbgrader generated to `out`, solution and graded cells without outputs
-    (they came from the solutions and the hidden tests); the narration keeps its outputs. Every
+    (they came from the solutions and the hidden tests), and so are the cells tagged
+    `predict-answer` (they reveal a predict-then-run question's answer); the narration keeps its
+    outputs. Every
     code cell keeps its execution count, as nbval and the notebook checks expect of an executed
     notebook."""
     notebook = json.loads(path.read_text())
     for cell in notebook["cells"]:
-        if cell["cell_type"] == "code" and _nbgrader(cell):
+        answer = PREDICT_TAG in cell["metadata"].get("tags", [])
+        if cell["cell_type"] == "code" and (_nbgrader(cell) or answer):
             cell["outputs"] = []
             for key in ("collapsed", "scrolled"):
                 cell["metadata"].pop(key, None)

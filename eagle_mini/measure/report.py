@@ -37,23 +37,28 @@ NOTEBOOK_TOPICS = {
     "00_why_decoding_is_slow": "one token per forward, weights read per token, this machine's cost "
                                "curve, arithmetic intensity, GPU vs CPU",
     "01_speculative_sampling": "draft / verify with a simple drafter, the accept rule and residual "
-                               "derived, a chi-square check that the distribution is unchanged, "
-                               "and what breaks it",
+                               "derived, an explorer (sliders for p and q: alpha, residual, live "
+                               "samples of the real rule), a chi-square check that the "
+                               "distribution is unchanged, and what breaks it",
     "02_feature_uncertainty": "why the head reads the *shifted* token: the four-input ablation and "
                               "the uncertainty measured directly (`experiment uncertainty`)",
     "03_training_a_draft_head": "the head's parts counted, a live feature dump and training run "
                                 "with loss curves, the shipped head compared, the 7B plan with "
                                 "`accelerate launch`",
     "04_draft_trees": "choices lists, the EAGLE-1 tree and its attention mask and positions, "
-                      "EAGLE-2 growth step by step, a stepper through a real generation",
+                      "EAGLE-2 growth step by step, an EAGLE-2 explorer on a real prompt "
+                      "(budget, depth, top-k -> tree, mask, accepted path)",
     "05_verification": "greedy and lossless sampling on trees, KV-cache compaction on real "
-                       "tensors, the distribution test live",
-    "06_speedups": "the bench on this machine, the speedup bound tau / (c(N)/c(1) + draft), GPU "
-                   "figures or a labelled 7B projection",
+                       "tensors, a cycle-by-cycle generation stepper (T = 0 and T > 0 draws), "
+                       "the distribution test live",
+    "06_speedups": "the bench, the cost model tau / (c(N)/c(1) + draft) and what it leaves out, "
+                   "a speedup explorer, the papers' claims against ours, GPU figures or a "
+                   "labelled 7B projection",
     "07_beyond_eagle1": "EAGLE-2 vs EAGLE-1 side by side, reduced draft vocabulary, batching, "
                         "exporting a head for serving engines",
     "08_eagle3": "EAGLE-3's head: fused low, middle and high features, the training-time test, "
-                 "its own draft vocabulary, trained and decoded live",
+                 "its own draft vocabulary, trained and decoded live, exported in the authors' "
+                 "layout",
 }
 
 

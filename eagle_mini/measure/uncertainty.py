@@ -149,7 +149,7 @@ def branch_features(target, input_ids, positions, branch_tokens) -> torch.Tensor
     """The target's feature f_{i+1} when t_{i+1} is each branch token, after the text's t_{<=i}.
 
     One forward: the text up to the last position, then every branch token at position i + 1
-    seeing t_0..t_i and itself (a tree mask, as in verification, EAGLE §3.2).
+    seeing t_0..t_i and itself (a tree mask, as in verification, EAGLE §3.3).
     input_ids: [T]; positions: [k]; branch_tokens: [k, b] -> [k, b, H].
     """
     k, b = branch_tokens.shape
