@@ -151,6 +151,10 @@ def build_parser() -> Parser:
                    help="a new head's kind: eagle1 (fc 2H -> H, feature + token loss) or eagle3 "
                         "(three target layers, own lm_head, token loss over unrolled steps); "
                         "--init keeps its head's kind")
+    t.add_argument("--lm-head-init", default="random", choices=["random", "target"],
+                   help="a new EAGLE-3 head's lm_head: random (the authors') or the target's rows "
+                        "of the draft vocabulary with its final norm (starts at a CE above "
+                        "uniform's, see the head's EXPERIMENTS.md)")
     t.add_argument("--unroll", type=positive_int, default=None,
                    help="training-time test (EAGLE-3 §3): draft steps per position, each reading "
                         "the head's own output; default 1 for eagle1 (EAGLE-1's loss), 7 for "
@@ -204,6 +208,12 @@ def build_parser() -> Parser:
     e.add_argument("--max-len", type=positive_int, default=1024,
                    help="tokens per test conversation for top-1 and n-alpha")
     e.add_argument("--out", default=None, help="write the metrics JSON here")
+
+    c = sub.add_parser("compare-heads", help="two eval-head results: head B's MT-bench tau minus "
+                                              "head A's, paired over prompts, with an interval")
+    c.add_argument("a", help="eval-head JSON of head A (the baseline)")
+    c.add_argument("b", help="eval-head JSON of head B")
+    c.add_argument("--out", default=None, help="write the comparison JSON here")
 
     a = sub.add_parser("measure-acceptance", help="tau per prompt for tree/chain, EAGLE-2/EAGLE-1, "
                                                    "T=0/T=1, draft calibration and n-alpha (untimed; "
@@ -473,6 +483,7 @@ def cmd_export(args):
 
 
 def cmd_eval_head(args):
+    from .heads import head_kind
     from .measure.evaluate import eval_head
     from .results import results_json
     tree = tree_arg(args.tree)
@@ -480,6 +491,8 @@ def cmd_eval_head(args):
     head, note = head_for(args, target)
     print(note, file=sys.stderr)
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note,
+              "head_kind": head_kind(head),
+              "head_tokens_seen": getattr(head, "meta", {}).get("tokens_seen"),
               **eval_head(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
                           max_len=args.max_len, tree=tree)}
     text = results_json(result)
@@ -487,6 +500,28 @@ def cmd_eval_head(args):
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
+
+
+def cmd_compare_heads(args):
+    from .measure.evaluate import compare_heads
+    from .results import results_json
+    docs = []
+    for path in (args.a, args.b):
+        try:
+            docs.append(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as e:
+            raise EagleMiniError(f"{path}: not a readable eval-head JSON ({e.__class__.__name__})")
+        if "mtbench" not in docs[-1]:
+            raise EagleMiniError(f"{path}: not an eval-head result (no 'mtbench')")
+    result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]),
+              "files": [args.a, args.b], **compare_heads(*docs)}
+    d = result["tau_difference_b_minus_a"]
+    print(f"tau B - A = {d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] "
+          f"({result['setting']['prompts']} prompts; training tokens B/A "
+          f"{result['training_token_ratio_b_over_a'] or float('nan'):.3f})")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(results_json(result))
 
 
 def cmd_regenerate(args):
@@ -556,7 +591,7 @@ def cmd_experiment(args):
 
 COMMANDS = {"generate": cmd_generate, "demo": cmd_demo, "prepare": cmd_prepare,
             "profile-target": cmd_profile_target, "check-lossless": cmd_check_lossless,
-            "bench": cmd_bench, "eval-head": cmd_eval_head, "export": cmd_export, "dump-features": cmd_dump_features,
+            "bench": cmd_bench, "eval-head": cmd_eval_head, "compare-heads": cmd_compare_heads, "export": cmd_export, "dump-features": cmd_dump_features,
             "regenerate": cmd_regenerate, "train-head": cmd_train_head,
             "experiment": cmd_experiment, "measure-acceptance": cmd_measure_acceptance,
             "paper-vs-ours": cmd_paper_vs_ours, "rehearse": cmd_rehearse,

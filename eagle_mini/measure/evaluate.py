@@ -18,6 +18,8 @@ from ..training.commands import validation_features
 from ..training.data import evenly_spaced, mtbench_questions
 from ..training.train import evaluate_head
 
+EQUAL_TOKENS = 0.01  # two heads' training tokens count as equal within this relative margin
+
 
 def pooled_tau(stats_list) -> tuple[float | None, float | None]:
     """(tau pooled over generations, its standard error over generations).
@@ -64,7 +66,42 @@ def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_token
                         "tree": str(tree or "eagle2"), "tau": tau, "tau_se": se,
                         "tau_by_category": {c: pooled_tau(v)[0] for c, v in by_cat.items()},
                         "tau_per_prompt": per_prompt,
+                        "tau_counts_per_prompt": [[s["new_tokens"] - 1, s["target_forwards"] - 1]
+                                                  for s in runs],
                         "tau_prompt_mean": sum(defined) / len(defined) if defined else None,
                         "tokens_per_forward": (sum(s["new_tokens"] for s in runs)
                                                / sum(s["target_forwards"] for s in runs)),
                         "acceptance_per_depth": {d: depth[d] / tries[d] for d in sorted(depth)}}}
+
+
+def compare_heads(a: dict, b: dict) -> dict:
+    """Two `eval-head` results on the same MT-bench prompts, tree and length -> head b's pooled tau
+    minus head a's, with a paired bootstrap interval over prompts (`intervals.paired_difference`).
+
+    The question the EAGLE-3 paper asks (its Figure 1) is which architecture learns more from the
+    same data, so the result says whether both heads saw the same number of training tokens."""
+    from ..errors import EagleMiniError
+    from .intervals import Arm, excludes_zero, interval, paired_difference
+    for key in ("prompts", "tree", "max_new_tokens"):
+        if a["mtbench"][key] != b["mtbench"][key]:
+            raise EagleMiniError(f"the two results differ in MT-bench {key} ({a['mtbench'][key]} vs "
+                                 f"{b['mtbench'][key]}); rerun one eval-head to match")
+    counts = []
+    for doc in (a, b):
+        if "tau_counts_per_prompt" not in doc["mtbench"]:
+            raise EagleMiniError(f"an eval-head result without tau_counts_per_prompt "
+                                 f"({doc.get('command')}); rerun it with this version")
+        counts.append(Arm([doc["mtbench"]["tau_counts_per_prompt"]]))
+    diff = paired_difference(*counts)
+
+    def arm(doc, counted):
+        return {"head": doc["head"], "kind": doc.get("head_kind"),
+                "training_tokens": doc.get("head_tokens_seen"), "command": doc["command"],
+                "tau": interval(counted)}
+    tokens = (a.get("head_tokens_seen"), b.get("head_tokens_seen"))
+    ratio = tokens[1] / tokens[0] if None not in tokens and tokens[0] else None
+    return {"a": arm(a, counts[0]), "b": arm(b, counts[1]),
+            "setting": {k: a["mtbench"][k] for k in ("prompts", "tree", "max_new_tokens")},
+            "tau_difference_b_minus_a": diff, "b_beats_a": excludes_zero(diff),
+            "training_token_ratio_b_over_a": ratio,
+            "equal_training_tokens": None if ratio is None else abs(ratio - 1) <= EQUAL_TOKENS}

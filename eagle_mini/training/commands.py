@@ -113,7 +113,8 @@ def train_command(args, target, log=print) -> dict:
         vocab = frequent_tokens(target, args.draft_vocab) if args.draft_vocab else None
         if getattr(args, "kind", "eagle1") == "eagle3":
             from ..eagle3 import new_eagle3_head
-            head = new_eagle3_head(target, seed=args.seed, draft_vocab=vocab)
+            head = new_eagle3_head(target, seed=args.seed, draft_vocab=vocab,
+                                   warm_start=getattr(args, "lm_head_init", "random") == "target")
         else:
             head = new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias)
     layers = getattr(head, "aux_layers", None)

@@ -1,0 +1,64 @@
+"""`compare-heads`: head B's pooled MT-bench tau minus head A's, paired over prompts. Checked against
+ratios worked by hand, and the command refuses results that do not pair."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from eagle_mini import EagleMiniError
+from eagle_mini.measure.evaluate import compare_heads
+
+
+def result(counts, tokens, tree="eagle2", kind="eagle1"):
+    return {"command": f"python -m eagle_mini eval-head (synthetic {kind})", "head": kind,
+            "head_kind": kind, "head_tokens_seen": tokens,
+            "mtbench": {"prompts": len(counts), "tree": tree, "max_new_tokens": 64,
+                        "tau_counts_per_prompt": counts}}
+
+
+def test_difference_is_of_pooled_tau_and_pairs_prompts():
+    # A: 30 tokens in 20 cycles (1.5); B: 40 in 20 (2.0). Prompt-to-prompt spread is large, but B
+    # beats A by 0.5 on every prompt, so the paired interval is tight around +0.5 and excludes 0.
+    a = [[3, 2], [30, 20], [9, 6], [6, 4]] * 5
+    b = [[4, 2], [40, 20], [12, 6], [8, 4]] * 5
+    out = compare_heads(result(a, 1000), result(b, 1000, kind="eagle3"))
+    assert out["a"]["tau"]["estimate"] == pytest.approx(1.5)
+    assert out["b"]["tau"]["estimate"] == pytest.approx(2.0)
+    d = out["tau_difference_b_minus_a"]
+    assert d["estimate"] == pytest.approx(0.5)
+    assert d["low"] == pytest.approx(0.5) and d["high"] == pytest.approx(0.5)
+    assert out["b_beats_a"] and out["equal_training_tokens"]
+    assert out["a"]["kind"] == "eagle1" and out["b"]["kind"] == "eagle3"
+
+
+def test_no_gain_is_not_a_win_and_unequal_tokens_are_said():
+    a = [[3, 2], [5, 4], [9, 6], [2, 2]] * 5
+    b = [[2, 2], [6, 4], [8, 6], [3, 2]] * 5   # same totals, shuffled between prompts
+    out = compare_heads(result(a, 1000), result(b, 2000))
+    assert out["tau_difference_b_minus_a"]["estimate"] == pytest.approx(0.0)
+    assert not out["b_beats_a"]
+    assert out["training_token_ratio_b_over_a"] == 2.0 and out["equal_training_tokens"] is False
+
+
+def test_results_that_do_not_pair_are_refused():
+    with pytest.raises(EagleMiniError, match="tree"):
+        compare_heads(result([[1, 1]], 1), result([[1, 1]], 1, tree="dynamic:60,6,10"))
+    old = result([[1, 1]], 1)
+    del old["mtbench"]["tau_counts_per_prompt"]
+    with pytest.raises(EagleMiniError, match="tau_counts_per_prompt"):
+        compare_heads(old, result([[1, 1]], 1))
+
+
+def test_cli_writes_the_comparison_and_fails_in_one_line(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(result([[3, 2], [6, 4]], 10)))
+    b.write_text(json.dumps(result([[4, 2], [8, 4]], 10)))
+    run = subprocess.run([sys.executable, "-m", "eagle_mini", "compare-heads", str(a), str(b),
+                          "--out", str(tmp_path / "c.json")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "tau B - A = +0.500" in run.stdout
+    assert json.loads((tmp_path / "c.json").read_text())["files"] == [str(a), str(b)]
+    bad = subprocess.run([sys.executable, "-m", "eagle_mini", "compare-heads", str(a),
+                          str(tmp_path / "missing.json")], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
