@@ -390,8 +390,12 @@ def cmd_profile_target(args):
 
 
 def cmd_demo(args):
-    """The same prompt with vanilla and with EAGLE-2: equal texts, tau and the speedup."""
-    from .measure.methods import run_method
+    """The same prompt with vanilla, EAGLE-2 and `auto`: equal texts, tau and the speedups, and
+    where EAGLE is slower on this machine, why (from the cost curve measured here)."""
+    from .decode import named_tree
+    from .measure.auto import auto_tree, why_slower
+    from .measure.methods import method_tree, run_method
+    from .measure.profile import cost_curve
     tree = tree_arg(args.tree)
     target = load(args)
     head, note = head_for(args, target)
@@ -399,18 +403,31 @@ def cmd_demo(args):
     print(f"head:   {note}")
     print(f"prompt: {args.prompt}\n")
     run_method(target, head, "eagle2", "Hi!", 8)  # warm-up: first calls pay one-off costs
+    curve = cost_curve(target, repeats=3, progress=False)
+    auto_tree(target, head, curve=curve)  # sized once per machine and head, then cached
     van = run_method(target, head, "vanilla", args.prompt, args.max_new_tokens,
                      streamer=_text_streamer(target))
     print("\n")
-    eag = run_method(target, head, "eagle2", args.prompt, args.max_new_tokens, tree=tree)
-    v, e = van.stats, eag.stats
+    v = van.stats
     print(f"vanilla greedy : {v['new_tokens']} tokens, {v['tokens_per_second']:.1f} tok/s, "
           f"1 token per target forward")
-    print(f"EAGLE-2 greedy : {e['new_tokens']} tokens, {e['tokens_per_second']:.1f} tok/s, "
-          f"tau {fmt(e['tau'])} tokens per draft-verify cycle "
-          f"({e['tokens_per_forward']:.2f} per target forward, prefill included; tree {e['tree']})")
-    print(f"identical text : {van.output_ids == eag.output_ids}")
-    print(f"speedup        : {v['seconds'] / e['seconds']:.2f}x (wall time, this machine)")
+    slower = []
+    for method, label in (("eagle2", "EAGLE-2 greedy "), ("auto", "auto (EAGLE-2) ")):
+        chosen = named_tree(method_tree(target, head, method, tree if method == "eagle2" else None))
+        run = run_method(target, head, method, args.prompt, args.max_new_tokens, tree=chosen)
+        e = run.stats
+        speedup = v["seconds"] / e["seconds"]
+        print(f"{label}: {e['new_tokens']} tokens, {e['tokens_per_second']:.1f} tok/s, "
+              f"tau {fmt(e['tau'])} tokens per draft-verify cycle "
+              f"({e['tokens_per_forward']:.2f} per target forward, prefill included; tree {e['tree']}), "
+              f"identical text: {van.output_ids == run.output_ids}, "
+              f"speedup {speedup:.2f}x (wall time, this machine)")
+        if speedup < 1.0:
+            slower.append(f"why {label.strip()} is slower here: "
+                          + why_slower(e, curve, getattr(chosen, "total_tokens", None)
+                                       or chosen.num_nodes, speedup))
+    for line in slower:
+        print(line)
 
 
 def cmd_check_lossless(args):

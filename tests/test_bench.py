@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from eagle_mini import tiny_target
-from eagle_mini.measure.auto import relative_cost
+from eagle_mini.measure.auto import relative_cost, why_slower
 from eagle_mini.measure.bench import METHODS, bench, markdown_table, save
 from eagle_mini.decode import generate_vanilla
 from eagle_mini.head import new_head
@@ -36,6 +36,17 @@ def test_relative_cost_interpolates_the_curve():
     curve = {"ns": [1, 2, 4], "relative": [1.0, 1.2, 2.0]}
     assert relative_cost(curve, 1) == 1.0 and relative_cost(curve, 3) == 1.6
     assert relative_cost(curve, 8) == 4.0
+
+
+def test_why_slower_reads_break_even_tau_off_the_curve():
+    # c(1) = 10 ms; a 4-token tree costs 2.0x; drafting 4 ms per cycle is 0.4x: break-even tau 2.4
+    curve = {"ns": [1, 2, 4], "relative": [1.0, 1.5, 2.0], "median_ms": [10.0, 15.0, 20.0]}
+    stats = {"cycle_lengths": [2, 1, 3, 2], "draft_seconds": 0.016, "tau": 2.0}
+    line = why_slower(stats, curve, 4, 0.8)
+    assert "costs 2.00x one token" in line and "drafting 0.40x" in line
+    assert "must accept 2.40 tokens" in line and "tau 2.00" in line and "outside" not in line
+    # tau above break-even but still slower: the gap is time the cost model does not see
+    assert "outside the draft and verify forwards" in why_slower({**stats, "tau": 3.0}, curve, 4, 0.9)
 
 
 def test_results_json_writes_rates_with_nothing_to_count_as_null():

@@ -7,7 +7,7 @@ draft time on calibration prompts and read the verification cost off the measure
 
     predicted speedup = L / (c(N)/c(1) + draft time per cycle / c(1))
 
-and keep the best. The choice is cached per target, head, device, kernels (stock or packed, see
+and keep the best. The choice is cached per target, head, device, CPU model, kernels (stock or packed, see
 `packed.py`) and thread count: each changes the curve.
 """
 import hashlib
@@ -18,7 +18,7 @@ import torch
 from ..decode import generate
 from ..draft import DynamicTree
 from ..models import cache_dir
-from ..results import results_json
+from ..results import machine_info, results_json
 from ..training.data import mtbench_prompts
 from .packed import is_packed
 from .profile import cost_curve
@@ -65,8 +65,10 @@ def auto_tree(target, head, curve=None, prompts=None):
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
     kernels = "packed" if is_packed(target.model) else "stock"
+    info = machine_info()  # the CPU changes between machines, and the curve with it
+    cpu = hashlib.sha256(f"{info['cpu']} {info.get('cpu_family_model')}".encode()).hexdigest()[:8]
     name = (f"{target.name.replace('/', '_')}_{target.device.type}_{kernels}"
-            f"_t{torch.get_num_threads()}_{digest}.json")
+            f"_t{torch.get_num_threads()}_cpu{cpu}_{digest}.json")
     path = cache_dir() / "auto_tree" / name
     if path.exists():
         saved = json.loads(path.read_text())
@@ -77,3 +79,22 @@ def auto_tree(target, head, curve=None, prompts=None):
     path.write_text(results_json({"tree": {"total_tokens": tree.total_tokens, "depth": tree.depth,
                                          "topk": tree.topk}, "scores": scores}, indent=2))
     return tree
+
+
+def why_slower(stats, curve, tree_size: int, speedup: float) -> str:
+    """One line: why an EAGLE run was slower than vanilla here, read off the measured cost curve.
+
+    A cycle costs c(N)/c(1) to verify and its draft time over c(1) to draft, both in units of one
+    vanilla step; it must accept that many tokens to break even, and it accepted tau."""
+    verify = relative_cost(curve, tree_size)
+    t1 = curve["median_ms"][0] / 1000
+    cycles = max(len(stats["cycle_lengths"]), 1)
+    draft = stats["draft_seconds"] / cycles / t1
+    need, tau = verify + draft, stats["tau"] or 0.0
+    line = (f"{speedup:.2f}x because verifying its {tree_size}-token tree costs {verify:.2f}x one "
+            f"token on this machine (measured cost curve) and drafting {draft:.2f}x more, so a cycle "
+            f"must accept {need:.2f} tokens to break even; it accepted tau {tau:.2f}")
+    if tau >= need:
+        line += (f"; the cost model predicts {tau / need:.2f}x, so the rest is time spent outside the "
+                 "draft and verify forwards")
+    return line
