@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..training.data import load_prompts
+from ..training.data import evenly_spaced, load_prompts
 from ..errors import EagleMiniError
 from .auto import choose_auto_tree, predict
 from .evaluate import pooled_tau
@@ -70,6 +70,18 @@ def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, aut
     return gen.output_ids, gen.stats
 
 
+def calibration_prompts(measured, k: int = 2) -> list[str]:
+    """k prompts for warm-up and for sizing `auto`'s tree that are never measured: the last MT-bench
+    first turns outside `measured`, else ShareGPT test-split first turns.
+
+        >>> calibration_prompts(load_prompts("mtbench")) == load_prompts("sharegpt-test", 2)
+        True
+    """
+    seen = set(measured)
+    rest = [p for p in load_prompts("mtbench") if p not in seen]
+    return rest[-k:] if len(rest) >= k else load_prompts("sharegpt-test", k)
+
+
 def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens=128,
           temperature=0.0, seed=0, progress=True, head_note="", prompts=None,
           curve_repeats=5) -> dict:
@@ -84,8 +96,8 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
         methods = ("vanilla",) + tuple(methods)
     calibration = None
     if prompts is None:
-        prompts = load_prompts(dataset, n)
-        calibration = load_prompts("mtbench")[-2:]  # never among the first n measured
+        prompts = evenly_spaced(load_prompts(dataset), n)  # MT-bench: all 8 categories
+        calibration = calibration_prompts(prompts)
     else:
         dataset, calibration = "custom", prompts[:1]
     prefix = min(200, target.context_length // 4)
@@ -108,7 +120,8 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
             outputs[m].append(out)
             bar.update(1)
     bar.close()
-    result = {"dataset": dataset, "n": len(prompts), "max_new_tokens": max_new_tokens,
+    result = {"dataset": dataset, "n": len(prompts), "selection": "evenly spaced over the set",
+              "calibration_prompts": len(calibration), "max_new_tokens": max_new_tokens,
               "temperature": temperature, "target": target.name,
               "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
               "head": head_note, "cost_curve": curve, "auto_tree": str(auto_tree),
