@@ -14,7 +14,7 @@ what vanilla decoding and `transformers.generate` run); long inputs (prefill) ke
 too. Packing changes only the order of float additions: outputs agree to float noise, which the
 greedy-equality tests check end to end.
 
-    >>> n = pack_linears(target.model)   # doctest: +SKIP   (returns how many layers it packed)
+    >>> n = pack_linears(target.model)  # how many layers it packed  # doctest: +SKIP
 """
 import types
 from contextlib import contextmanager
