@@ -159,10 +159,12 @@ def build_parser() -> Parser:
                    help="training-time test (EAGLE-3 §3): draft steps per position, each reading "
                         "the head's own output; default 1 for eagle1 (EAGLE-1's loss), 7 for "
                         "eagle3 (the authors')")
-    t.add_argument("--mixed-precision", default="no", choices=["no", "bf16"],
-                   help="bf16: the head's forward/backward under torch.autocast (fp32 weights, AdamW)")
-    t.add_argument("--feature-dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                   help="--stream: featurize with a copy of the target in this dtype")
+    t.add_argument("--mixed-precision", default="no", choices=["no", "bf16", "auto"],
+                   help="bf16: the head's forward/backward under torch.autocast (fp32 weights, "
+                        "AdamW); auto: bf16 where a bf16 matmul times faster here than fp32")
+    t.add_argument("--feature-dtype", default=None, choices=["fp32", "bf16", "fp16", "auto"],
+                   help="--stream: featurize with a copy of the target in this dtype; auto: bf16 "
+                        "where it times faster here than fp32, else fp32")
     t.add_argument("--unroll-decay", type=float, default=0.8, help="weight of unrolled step k: this**k")
     t.add_argument("--no-fc-bias", action="store_true")
     t.add_argument("--eval-conversations", type=positive_int, default=20)

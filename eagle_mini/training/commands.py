@@ -89,11 +89,32 @@ def featurizer(target, dtype: str):
     return Target(model.to(target.device).eval(), target.tokenizer, name=target.name)
 
 
+def resolve_precision(args, device, log=print):
+    """`auto` for --mixed-precision / --feature-dtype becomes bf16 or fp32 by a matmul timed here
+    (`measure.precision`); an explicit bf16 on a CPU where bf16 is slower is said, not refused."""
+    mixed, feat = getattr(args, "mixed_precision", "no"), getattr(args, "feature_dtype", None)
+    if not {mixed, feat} & {"auto", "bf16"}:
+        return mixed, feat
+    if device != "cpu":  # an accelerator: bf16 units are the norm
+        return ("bf16" if mixed == "auto" else mixed), ("bf16" if feat == "auto" else feat)
+    from ..measure.precision import choice, matmul_speedup
+    pick, why = choice(matmul_speedup())
+    if "auto" in (mixed, feat):
+        log(f"precision auto: {why}")
+    elif pick == "fp32":
+        log(f"warning: {why.split(':')[0]}; bf16 was asked for, so training will be slow "
+            "(--mixed-precision auto / --feature-dtype auto choose by this measurement)")
+    mixed = ("bf16" if pick == "bf16" else "no") if mixed == "auto" else mixed
+    feat = pick if feat == "auto" else feat
+    return mixed, feat
+
+
 def train_command(args, target, log=print) -> dict:
     """Build or continue a head, train it, export it (bf16) with its metrics."""
     if getattr(args, "mix_sharegpt", None) and not getattr(args, "regenerated", None):
         raise EagleMiniError("--mix-sharegpt goes with --regenerated: it mixes ShareGPT's own "
                              "replies into the target's")
+    args.mixed_precision, args.feature_dtype = resolve_precision(args, target.device.type, log)
     cfg = TrainConfig(lr=args.lr, steps=args.steps, warmup_steps=args.warmup,
                       batch_tokens=args.batch_tokens, max_len=args.max_len, seed=args.seed,
                       ckpt_every=args.ckpt_every, log_every=args.log_every,
