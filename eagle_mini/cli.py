@@ -209,6 +209,10 @@ def build_parser() -> Parser:
     e.add_argument("--max-new-tokens", type=positive_int, default=64)
     e.add_argument("--max-len", type=positive_int, default=1024,
                    help="tokens per test conversation for top-1 and n-alpha")
+    e.add_argument("--also", default="", help="comma-separated prompt sets to measure tau on too: "
+                                               "humaneval, sharegpt-test (first turns)")
+    e.add_argument("--n-also", type=positive_int, default=40,
+                   help="prompts of each --also set, spread over it")
     e.add_argument("--out", default=None, help="write the metrics JSON here")
 
     c = sub.add_parser("compare-heads", help="two eval-head results: head B's MT-bench tau minus "
@@ -505,7 +509,12 @@ def cmd_eval_head(args):
     from .heads import head_kind
     from .measure.evaluate import eval_head
     from .results import results_json
+    from .training.data import DATASETS
     tree = tree_arg(args.tree)
+    others = {name.strip(): args.n_also for name in args.also.split(",") if name.strip()}
+    unknown = [name for name in others if name not in DATASETS or name == "mtbench"]
+    if unknown:
+        raise EagleMiniError(f"--also {', '.join(unknown)}: choose from humaneval, sharegpt-test")
     target = load(args)
     head, note = head_for(args, target)
     print(note, file=sys.stderr)
@@ -513,7 +522,7 @@ def cmd_eval_head(args):
               "head_kind": head_kind(head),
               "head_tokens_seen": getattr(head, "meta", {}).get("tokens_seen"),
               **eval_head(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
-                          max_len=args.max_len, tree=tree)}
+                          max_len=args.max_len, tree=tree, other_sets=others)}
     text = results_json(result)
     print(text, end="")
     if args.out:

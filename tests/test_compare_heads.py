@@ -62,3 +62,9 @@ def test_cli_writes_the_comparison_and_fails_in_one_line(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "eagle_mini", "compare-heads", str(a),
                           str(tmp_path / "missing.json")], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_eval_head_refuses_an_unknown_prompt_set_before_loading_anything():
+    bad = subprocess.run([sys.executable, "-m", "eagle_mini", "eval-head", "--also", "humaneval,alpaca"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "alpaca" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

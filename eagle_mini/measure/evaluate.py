@@ -15,7 +15,7 @@ from collections import Counter
 
 from ..decode import generate
 from ..training.commands import validation_features
-from ..training.data import evenly_spaced, mtbench_questions
+from ..training.data import evenly_spaced, load_prompts, mtbench_questions
 from ..training.train import evaluate_head
 
 EQUAL_TOKENS = 0.01  # two heads' training tokens count as equal within this relative margin
@@ -41,10 +41,12 @@ def pooled_tau(stats_list) -> tuple[float | None, float | None]:
 
 
 def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_tokens: int = 64,
-              max_len: int = 1024, tree=None, progress: bool = True) -> dict:
+              max_len: int = 1024, tree=None, progress: bool = True, other_sets=None) -> dict:
     """Teacher-forced top-1 / n-alpha on the test split, and tau while decoding MT-bench.
 
-    Fewer than all 80 prompts are spread over the 8 categories (`data.evenly_spaced`)."""
+    Fewer than all 80 prompts are spread over the 8 categories (`data.evenly_spaced`).
+    other_sets: {dataset name: n prompts} decoded the same way (e.g. HumanEval, ShareGPT's
+    test-split first turns), reported under "other_sets" (`tau_on`)."""
     from tqdm.auto import tqdm
     layers = getattr(head, "aux_layers", None)  # an EAGLE-3 head reads target layers
     text = evaluate_head(head, validation_features(target, n_text, max_len, split="test",
@@ -61,7 +63,9 @@ def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_token
     tau, se = pooled_tau(runs)
     per_prompt = [s["tau"] for s in runs]
     defined = [t for t in per_prompt if t is not None]
-    return {"test_text": text,
+    others = {name: tau_on(target, head, name, n, max_new_tokens, tree, progress)
+              for name, n in (other_sets or {}).items()}
+    return {"test_text": text, **({"other_sets": others} if others else {}),
             "mtbench": {"prompts": len(runs), "max_new_tokens": max_new_tokens,
                         "tree": str(tree or "eagle2"), "tau": tau, "tau_se": se,
                         "tau_by_category": {c: pooled_tau(v)[0] for c, v in by_cat.items()},
@@ -72,6 +76,19 @@ def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_token
                         "tokens_per_forward": (sum(s["new_tokens"] for s in runs)
                                                / sum(s["target_forwards"] for s in runs)),
                         "acceptance_per_depth": {d: depth[d] / tries[d] for d in sorted(depth)}}}
+
+
+def tau_on(target, head, dataset: str, n: int, max_new_tokens: int = 64, tree=None,
+           progress: bool = True) -> dict:
+    """Pooled tau (and its standard error) decoding `n` prompts spread over a named prompt set."""
+    from tqdm.auto import tqdm
+    prompts = evenly_spaced(load_prompts(dataset), n)
+    runs = [generate(target, head, p, max_new_tokens, tree=tree or "eagle2").stats
+            for p in tqdm(prompts, desc=f"eval-head {dataset}", unit="prompt", disable=not progress)]
+    tau, se = pooled_tau(runs)
+    return {"prompts": len(runs), "max_new_tokens": max_new_tokens, "tree": str(tree or "eagle2"),
+            "tau": tau, "tau_se": se,
+            "tau_counts_per_prompt": [[s["new_tokens"] - 1, s["target_forwards"] - 1] for s in runs]}
 
 
 def compare_heads(a: dict, b: dict) -> dict:
