@@ -68,3 +68,17 @@ def test_eval_head_refuses_an_unknown_prompt_set_before_loading_anything():
     bad = subprocess.run([sys.executable, "-m", "eagle_mini", "eval-head", "--also", "humaneval,alpaca"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "alpaca" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_results_md_section_reads_the_comparison_file(tmp_path):
+    from eagle_mini.measure.report import EQUAL_TOKENS, RESULTS, Files, equal_tokens_section
+    assert "Not measured yet" in "\n".join(equal_tokens_section(Files(tmp_path)))
+    a = [[3, 2], [30, 20], [9, 6], [6, 4]] * 5
+    b = [[4, 2], [40, 20], [12, 6], [8, 4]] * 5
+    doc = {"command": "python -m eagle_mini compare-heads a.json b.json",
+           **compare_heads(result(a, 1000), result(b, 1000, kind="eagle3"))}
+    (tmp_path / RESULTS).mkdir(parents=True)
+    (tmp_path / RESULTS / EQUAL_TOKENS).write_text(json.dumps(doc))
+    text = "\n".join(equal_tokens_section(Files(tmp_path)))
+    assert "1.500 [" in text and "2.000 [" in text and "eagle3 - eagle1: +0.500 [+0.500, +0.500]" in text
+    assert "lies above 0" in text and "equal training tokens: True" in text

@@ -28,6 +28,7 @@ RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
 COST, COST_BF16 = "cost_curve_smollm2-135m_cpu.json", "cost_curve_smollm2-135m_cpu_bf16.json"
 EVAL, EVAL_PAPER_TREE = "eval_head_smollm2-135m.json", "eval_head_smollm2-135m_paper_tree.json"
 LOSSLESS, ABLATION, CLAIMS = "check_lossless.json", "uncertainty.json", "paper_vs_ours.json"
+EQUAL_TOKENS = "eagle3_vs_eagle1_equal_tokens.json"
 BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtbench_T0",
            "bench_smollm2-135m_cpu_mtbench_T1")
 EAGLE_METHODS = ("eagle-chain", "eagle", "eagle2", "auto")
@@ -212,6 +213,34 @@ def claims_section(f: Files) -> list[str]:
             f"sources), made by `{t['command']}` from the files it names.*", ""]
 
 
+def equal_tokens_section(f: Files) -> list[str]:
+    """EAGLE-3 against EAGLE-1 trained from scratch on the same records (`compare-heads`)."""
+    title = ["## EAGLE-3 against EAGLE-1 at equal training tokens", ""]
+    if not f.path(EQUAL_TOKENS).exists():
+        return title + ["Not measured yet: two heads trained from scratch on the same records, "
+                        "each evaluated by `eval-head`, then `python -m eagle_mini compare-heads "
+                        f"A.json B.json --out {RESULTS}/{EQUAL_TOKENS}`.", ""]
+    c = f.json(EQUAL_TOKENS)
+    d, st = c["tau_difference_b_minus_a"], c["setting"]
+
+    def iv(q, sign=""):
+        return f"{q['estimate']:{sign}.3f} [{q['low']:{sign}.3f}, {q['high']:{sign}.3f}]"
+    rows = [[arm["kind"], f"{arm['training_tokens']:,}", iv(arm["tau"]), f"`{arm['command']}`"]
+            for arm in (c["a"], c["b"])]
+    verdict = ("lies above 0: the second head accepts more per cycle" if c["b_beats_a"] else
+               "includes 0 or lies below it: no gain shown at this budget")
+    return title + [
+        f"Both heads trained from scratch on the same streamed ShareGPT records (equal training "
+        f"tokens: {c['equal_training_tokens']}), then decoded greedily with the tree "
+        f"`{tree_name(st['tree'])}` on {st['prompts']} MT-bench first turns, {st['max_new_tokens']} new "
+        "tokens each. tau is pooled over prompts, with a 95% bootstrap interval over prompts; the "
+        "difference is paired over the same prompts.", "",
+        *table(["head", "training tokens", "MT-bench tau [95%]", "made by"], rows), "",
+        f"**{c['b']['kind']} - {c['a']['kind']}: {iv(d, '+')}**; the interval {verdict}. The heads' "
+        "training commands are in their `config.json` (rounds).", "",
+        f"*File `{RESULTS}/{EQUAL_TOKENS}`, made by `{c['command']}`.*", ""]
+
+
 def bench_section(f: Files) -> list[str]:
     from .bench import markdown_table
     out = ["## Speed on this CPU (`bench`)", "",
@@ -283,7 +312,8 @@ def results_markdown(root=".") -> str:
               "2-core x86-64 CPU unless a file names a GPU; timings on such a machine are noisy, "
               "so methods are compared as ratios measured side by side in one run. Terms: "
               "[glossary](notebooks/GLOSSARY.md).", ""],
-             cost_section(f), head_section(f), claims_section(f), ablation_section(f),
+             cost_section(f), head_section(f), equal_tokens_section(f), claims_section(f),
+             ablation_section(f),
              bench_section(f), lossless_section(f), plan_section()]
     return "\n".join(line for part in parts for line in part).rstrip("\n") + "\n"
 
