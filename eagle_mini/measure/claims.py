@@ -250,7 +250,9 @@ def eagle3_row(results) -> dict:
                "the paired bootstrap interval of the difference over prompts lies above 0",
                above_zero(d), [new, old],
                f"{old.get('/mtbench/prompts')} MT-bench first turns, tree {old.get('/mtbench/tree')}, "
-               f"{old.get('/mtbench/max_new_tokens')} new tokens; {len(pairs)} prompts with tau in both")
+               f"{old.get('/mtbench/max_new_tokens')} new tokens; {len(pairs)} prompts with tau in both; "
+               f"heads: {old.doc.get('head')} vs {new.doc.get('head')} (their training tokens "
+               "differ: the equal-token comparison is `compare-heads`, RESULTS.md)")
 
 
 def paper_vs_ours(results="data/results", command="python -m eagle_mini paper-vs-ours") -> dict:
