@@ -521,6 +521,8 @@ def cmd_eval_head(args):
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note,
               "head_kind": head_kind(head),
               "head_tokens_seen": getattr(head, "meta", {}).get("tokens_seen"),
+              "head_training_commands": [r.get("command") for r in
+                                         getattr(head, "meta", {}).get("rounds", [])],
               **eval_head(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
                           max_len=args.max_len, tree=tree, other_sets=others)}
     text = results_json(result)

@@ -113,7 +113,8 @@ def compare_heads(a: dict, b: dict) -> dict:
 
     def arm(doc, counted):
         return {"head": doc["head"], "kind": doc.get("head_kind"),
-                "training_tokens": doc.get("head_tokens_seen"), "command": doc["command"],
+                "training_tokens": doc.get("head_tokens_seen"),
+                "training_commands": doc.get("head_training_commands"), "command": doc["command"],
                 "tau": interval(counted)}
     tokens = (a.get("head_tokens_seen"), b.get("head_tokens_seen"))
     ratio = tokens[1] / tokens[0] if None not in tokens and tokens[0] else None
