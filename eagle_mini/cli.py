@@ -398,8 +398,7 @@ def cmd_profile_target(args):
 def cmd_demo(args):
     """The same prompt with vanilla, EAGLE-2 and `auto`: equal texts, tau and the speedups, and
     where EAGLE is slower on this machine, why (from the cost curve measured here)."""
-    from .decode import named_tree
-    from .measure.auto import auto_tree, why_slower
+    from .measure.auto import auto_tree, tree_tokens, why_slower
     from .measure.methods import method_tree, run_method
     from .measure.profile import cost_curve
     tree = tree_arg(args.tree)
@@ -419,7 +418,7 @@ def cmd_demo(args):
           f"1 token per target forward")
     slower = []
     for method, label in (("eagle2", "EAGLE-2 greedy "), ("auto", "auto (EAGLE-2) ")):
-        chosen = named_tree(method_tree(target, head, method, tree if method == "eagle2" else None))
+        chosen = method_tree(target, head, method, tree if method == "eagle2" else None)
         run = run_method(target, head, method, args.prompt, args.max_new_tokens, tree=chosen)
         e = run.stats
         speedup = v["seconds"] / e["seconds"]
@@ -430,8 +429,7 @@ def cmd_demo(args):
               f"speedup {speedup:.2f}x (wall time, this machine)")
         if speedup < 1.0:
             slower.append(f"why {label.strip()} is slower here: "
-                          + why_slower(e, curve, getattr(chosen, "total_tokens", None)
-                                       or chosen.num_nodes, speedup))
+                          + why_slower(e, curve, tree_tokens(chosen), speedup))
     for line in slower:
         print(line)
 

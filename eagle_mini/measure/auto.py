@@ -81,6 +81,21 @@ def auto_tree(target, head, curve=None, prompts=None):
     return tree
 
 
+def tree_tokens(tree) -> int:
+    """Tokens one verification forward carries for `tree`, the root included: a method name
+    ("eagle2", "eagle", ...), a tree spec, a `DynamicTree` or a static tree.
+
+        >>> tree_tokens("eagle2"), tree_tokens("chain:4")
+        (16, 5)
+    """
+    from ..decode import named_tree
+    from ..tree import parse_tree
+    tree = named_tree(tree)
+    if isinstance(tree, DynamicTree):
+        return tree.total_tokens
+    return (parse_tree(tree) if isinstance(tree, str) else tree).num_nodes
+
+
 def why_slower(stats, curve, tree_size: int, speedup: float) -> str:
     """One line: why an EAGLE run was slower than vanilla here, read off the measured cost curve.
 

@@ -221,13 +221,8 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
 
 
 def tree_size(method, auto_tree) -> int:
-    from ..decode import METHODS as DEFAULT_TREES
-    from ..draft import DynamicTree
-    from ..tree import parse_tree
-    if method == "auto":
-        return auto_tree.total_tokens
-    spec = DEFAULT_TREES[method]
-    return DynamicTree().total_tokens if spec is None else parse_tree(spec).num_nodes
+    from .auto import tree_tokens
+    return tree_tokens(auto_tree if method == "auto" else method)
 
 
 def _progress(total, enabled):

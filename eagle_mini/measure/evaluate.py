@@ -40,6 +40,11 @@ def pooled_tau(stats_list) -> tuple[float | None, float | None]:
     return tau, spread ** 0.5 / sum(cycles)
 
 
+def tau_counts(stats_list) -> list[list[int]]:
+    """[accepted tokens, cycles] per generation: tau's numerator and denominator (`pooled_tau`)."""
+    return [[s["new_tokens"] - 1, s["target_forwards"] - 1] for s in stats_list]
+
+
 def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_tokens: int = 64,
               max_len: int = 1024, tree=None, progress: bool = True, other_sets=None) -> dict:
     """Teacher-forced top-1 / n-alpha on the test split, and tau while decoding MT-bench.
@@ -70,8 +75,7 @@ def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_token
                         "tree": str(tree or "eagle2"), "tau": tau, "tau_se": se,
                         "tau_by_category": {c: pooled_tau(v)[0] for c, v in by_cat.items()},
                         "tau_per_prompt": per_prompt,
-                        "tau_counts_per_prompt": [[s["new_tokens"] - 1, s["target_forwards"] - 1]
-                                                  for s in runs],
+                        "tau_counts_per_prompt": tau_counts(runs),
                         "tau_prompt_mean": sum(defined) / len(defined) if defined else None,
                         "tokens_per_forward": (sum(s["new_tokens"] for s in runs)
                                                / sum(s["target_forwards"] for s in runs)),
@@ -88,7 +92,7 @@ def tau_on(target, head, dataset: str, n: int, max_new_tokens: int = 64, tree=No
     tau, se = pooled_tau(runs)
     return {"prompts": len(runs), "max_new_tokens": max_new_tokens, "tree": str(tree or "eagle2"),
             "tau": tau, "tau_se": se,
-            "tau_counts_per_prompt": [[s["new_tokens"] - 1, s["target_forwards"] - 1] for s in runs]}
+            "tau_counts_per_prompt": tau_counts(runs)}
 
 
 def compare_heads(a: dict, b: dict) -> dict:

@@ -237,7 +237,7 @@ def equal_tokens_section(f: Files) -> list[str]:
         "difference is paired over the same prompts.", "",
         *table(["head", "training tokens", "MT-bench tau [95%]", "made by"], rows), "",
         f"**{c['b']['kind']} - {c['a']['kind']}: {iv(d, '+')}**; the interval {verdict}. The heads' "
-        "training commands are in their `config.json` (rounds).", "",
+        "training commands are in the file (`training_commands`).", "",
         f"*File `{RESULTS}/{EQUAL_TOKENS}`, made by `{c['command']}`.*", ""]
 
 
