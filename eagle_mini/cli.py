@@ -275,6 +275,10 @@ def build_parser() -> Parser:
     x.add_argument("--out", default="data/results/uncertainty.json")
     x.add_argument("--work", default=None, help="checkpoints and finished parts "
                                                 "(default runs/uncertainty_<size>)")
+    x.add_argument("--keep", default=None,
+                   help="where each finished variant's JSON files go, to commit between sittings; "
+                        "a new --work starts from them (default data/results/uncertainty_full "
+                        "for --size full, none otherwise; '' for none)")
     for flag, kind in (("--train-tokens", positive_int), ("--val-tokens", positive_int),
                        ("--max-len", positive_int), ("--epochs", positive_int),
                        ("--batch-tokens", positive_int), ("--lr", float), ("--draft-vocab", int),

@@ -207,6 +207,39 @@ def test_a_rerun_skips_finished_variants_and_more_seeds_continue(target, tmp_pat
                      log=lambda *_: None)
 
 
+def test_a_new_work_dir_starts_from_the_kept_variants(target, tmp_path, monkeypatch):
+    """A sitting's work directory is lost; what `keep` received is not: only the variant cut off
+    mid-training is redone, and the result equals an uninterrupted run's."""
+    real, calls = eagle_mini.training.train.train_head, []
+
+    def killed_at_third(head, *a, **kw):
+        calls.append(head.input_mode)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(head, *a, **kw)
+    monkeypatch.setattr(eagle_mini.training.train, "train_head", killed_at_third)
+    keep = tmp_path / "keep"
+    with pytest.raises(KeyboardInterrupt):
+        run(target, tmp_path / "sitting1", keep=keep)
+    assert sorted(p.name for p in (keep / "seed0").iterdir()) == ["feature", "token"]
+    assert sorted(p.name for p in (keep / "seed0" / "token").iterdir()) == \
+        ["probe.json", "result.json", "tau.json"]          # JSON only: no head, no checkpoint
+    calls.clear()
+    monkeypatch.setattr(eagle_mini.training.train, "train_head", lambda head, *a, **kw:
+                        calls.append(head.input_mode) or real(head, *a, **kw))
+    res = run(target, tmp_path / "sitting2", keep=keep)   # a fresh work directory
+    assert calls[:2] == ["feature+token", "feature+token"] and len(calls) == 6
+    whole = run(target, tmp_path / "uninterrupted")
+    for name in ("token", "shifted"):
+        for a, b in zip(res["variants"][name]["seeds"], whole["variants"][name]["seeds"]):
+            assert a["val_counts"] == b["val_counts"] and a["decode"]["per_prompt"] == \
+                b["decode"]["per_prompt"]
+    assert res["uncertainty"]["contexts_match"]
+    assert res["uncertainty"]["branches"]["heads"] == whole["uncertainty"]["branches"]["heads"]
+    with pytest.raises(EagleMiniError, match="another run"):
+        run(target, tmp_path / "sitting3", cfg=replace(TINY, lr=5e-4), keep=keep)
+
+
 def test_epoch_source_serves_every_batch_once_per_epoch_in_a_seeded_order():
     batches = [[{"i": i}] for i in range(5)]
     src = EpochSource(batches, seed=3)

@@ -12,13 +12,17 @@ decoding and each head (methods interleaved per prompt): tau and speedup over va
 direct measurements of `uncertainty.branch_probe` and `error_by_entropy` (EAGLE Fig. 3).
 
 Resumable: the work directory keeps each variant's trainer checkpoint, and a finished variant's
-metrics and head; decoding and the probe are kept once done. A rerun of the same command skips what
-is finished and continues a variant from its last checkpoint.
+metrics, head, tau and (first seed) probe. A rerun of the same command skips what is finished and
+continues a variant from its last checkpoint. A sitting's work directory does not outlive it on
+every machine, so `keep` (a directory under `data/results/`, committed) receives each finished
+variant's small JSON files -- never heads or checkpoints -- and a new work directory starts from
+them: across sittings only a variant cut off mid-training is redone.
 
 What this leaves out: the paper's 68k dialogues x 20 epochs on a 7B target (here a few hundred
 thousand tokens on SmolLM2-135M) and its T=1 runs.
 """
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -214,12 +218,16 @@ def seeds_of(cfg: AblationConfig) -> list[int]:
 
 
 def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationConfig, work,
-                 draft_vocab=None, command: str = "", log=print, progress: bool = True) -> dict:
+                 draft_vocab=None, command: str = "", log=print, progress: bool = True,
+                 keep=None) -> dict:
     """The whole experiment on featurizable examples (`.input_ids`, `.loss_mask`) and prompts
     (strings or id lists); every finished phase is kept in `work` and skipped on a rerun.
 
-    For each seed in turn: the four heads are trained, then each decodes every prompt for tau; the
-    probes run once, on the first seed's heads. Raising `seeds` later continues the same run.
+    For each seed in turn, each of the four heads is trained, decodes every prompt for tau and,
+    with the first seed, runs the probes (`uncertainty.branch_probe`, `error_by_entropy`), while
+    its head is at hand. Raising `seeds` later continues the same run.
+    keep: a directory that receives each finished variant's JSON files (`work` may not survive
+    the sitting) and seeds a new `work` with them.
     progress: bars for the features, each head's training and the decoding."""
     from ..training.features import compute_features
     from ..head import DraftHead
@@ -232,11 +240,13 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
                 "train_examples": len(train_examples), "val_examples": len(val_examples),
                 "prompts": len(prompts),
                 "draft_vocab_size": len(draft_vocab) if draft_vocab is not None else target.vocab_size}
-    ident_path = work / "config.json"
-    if ident_path.exists() and json.loads(ident_path.read_text()) != identity:
-        raise EagleMiniError(f"{work} holds another run of this experiment (config.json differs); "
-                             "use another --work directory or delete it")
-    ident_path.write_text(results_json(identity, indent=1))
+    for d in [work] + ([Path(keep)] if keep else []):
+        ident_path = d / "config.json"
+        if ident_path.exists() and json.loads(ident_path.read_text()) != identity:
+            raise EagleMiniError(f"{d} holds another run of this experiment (config.json differs); "
+                                 "use another --work / --keep directory or delete it")
+        d.mkdir(parents=True, exist_ok=True)
+        ident_path.write_text(results_json(identity, indent=1))
     memo, phases = {}, {"features_seconds": 0.0}
 
     def features(name, examples):
@@ -260,36 +270,43 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
             memo["batches"] = length_grouped(rows, cfg.batch_tokens)
         return memo["batches"]
 
-    runs = {v.name: [] for v in VARIANTS}
+    runs, probes = {v.name: [] for v in VARIANTS}, {}
     for seed in seeds_of(cfg):
         for v in VARIANTS:
-            where = work / f"seed{seed}" / v.name
+            rel = Path(f"seed{seed}") / v.name
+            where = work / rel
+            parts = ["result.json", "tau.json"] + (["probe.json"] if seed == cfg.seed else [])
+            restored = keep is not None and _restore(Path(keep) / rel, where, parts)
             log(f"--- seed {seed}, {v.label}: reads {v.reads}, predicts f_(i+1)"
-                + (" (finished earlier, kept)" if (where / "result.json").exists() else ""))
+                + (" (finished in an earlier sitting, kept)" if restored else
+                   " (finished earlier, kept)" if (where / "result.json").exists() else ""))
             run = _cached(where / "result.json", lambda v=v, where=where, seed=seed: train_variant(
                 target, v, batches(), features("val", val_examples), cfg, where, seed, draft_vocab,
                 log, progress))
             last = run["epochs"][-1]
             log(f"    val top-1 {last['top1']:.3f}, 1-alpha {number(last['alpha'][1]):.3f}; "
                 f"{(time.perf_counter() - t_start) / 60:.1f} min into this session")
+            def head(where=where):   # loaded once, only if tau or the probe is still to do
+                if where not in memo:
+                    memo[where] = DraftHead.load(where / "head", target).eval()
+                return memo[where]
+            run["decode"] = _cached(where / "tau.json", lambda v=v: decode_tau(
+                target, head(), v, prompts, cfg.max_new_tokens, cfg.tree, progress))
+            log(f"    tau {number(run['decode']['tau']):.3f} on {len(prompts)} prompts")
+            if seed == cfg.seed:
+                val = features("val", val_examples)
+                probes[v.name] = _cached(where / "probe.json", lambda v=v: {
+                    "branches": branch_probe(target, {v.name: head()}, val, cfg.min_p, cfg.contexts),
+                    "entropy": error_by_entropy(target, {v.name: head()}, val, cfg.entropy_bins,
+                                                cfg.analysis_tokens)})
+            memo.pop(where, None)
+            if keep is not None:
+                _store(where, Path(keep) / rel, parts)
             runs[v.name].append(run)
-        for v in VARIANTS:
-            where = work / f"seed{seed}" / v.name
-            run = runs[v.name][-1]
-            run["decode"] = _cached(where / "tau.json", lambda v=v, where=where: decode_tau(
-                target, DraftHead.load(where / "head", target).eval(), v, prompts,
-                cfg.max_new_tokens, cfg.tree, progress))
-            log(f"    seed {seed}, {v.label}: tau {number(run['decode']['tau']):.3f} on "
-                f"{len(prompts)} prompts")
-    first = {v.name: DraftHead.load(work / f"seed{cfg.seed}" / v.name / "head", target).eval()
-             for v in VARIANTS}
-    val = features("val", val_examples)
-    probe = _cached(work / "probe.json", lambda: {
-        "branches": branch_probe(target, first, val, cfg.min_p, cfg.contexts),
-        "entropy": error_by_entropy(target, first, val, cfg.entropy_bins, cfg.analysis_tokens)})
+    probe = merge_probes(probes)
     phases.update({"variant_seconds": {k: [r.get("seconds", 0.0) for r in v] for k, v in runs.items()},
                    "decode_seconds": {k: [r["decode"]["seconds"] for r in v] for k, v in runs.items()},
-                   "probe_seconds": probe["seconds"]})
+                   "probe_seconds": sum(p["seconds"] for p in probes.values())})
     variants = {v.name: {"label": v.label, "reads": v.reads, "input_mode": v.input_mode,
                          "token_shift": v.token_shift, "fc_in": runs[v.name][0]["fc_in"],
                          "parameters": runs[v.name][0]["parameters"], "seeds": runs[v.name]}
@@ -300,13 +317,55 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
                        "val_examples": len(val_examples),
                        "val_tokens": sum(len(e.input_ids) for e in val_examples),
                        "prompts": len(prompts), "draft_vocab_size": identity["draft_vocab_size"]},
-              "variants": variants,
-              "uncertainty": {k: v for k, v in probe.items() if k != "seconds"},
+              "variants": variants, "uncertainty": probe,
               "paper": PAPER, "machine": machine_info(), "phase_seconds": phases,
               "elapsed_seconds": time.perf_counter() - t_start}
     result["summary"] = summarize(result)
     result["checks"] = paper_checks(result)
     return result
+
+
+def _restore(kept: Path, where: Path, parts: list[str]) -> bool:
+    """Copy a variant's finished `parts` from `kept` into `where` when all of them are there."""
+    if not all((kept / p).exists() for p in parts) or (where / parts[0]).exists():
+        return False
+    where.mkdir(parents=True, exist_ok=True)
+    for p in parts:
+        shutil.copyfile(kept / p, where / p)
+    return True
+
+
+def _store(where: Path, kept: Path, parts: list[str]) -> None:
+    """Copy a variant's finished `parts` from `where` into `kept` (atomically, file by file)."""
+    kept.mkdir(parents=True, exist_ok=True)
+    for p in parts:
+        tmp = kept / (p + ".tmp")
+        shutil.copyfile(where / p, tmp)
+        tmp.replace(kept / p)
+
+
+def merge_probes(probes: dict) -> dict:
+    """One probe per head (`branch_probe` / `error_by_entropy` on `{name: head}`) -> the probe of
+    all heads: the contexts, bins and entropies are the target's and shared; the heads' parts are
+    put side by side. `contexts_match` says whether every run picked the same contexts (it will,
+    unless runs on different CPUs round the target's top-2 probabilities across `min_p`).
+
+        >>> one = lambda n: {"branches": {"contexts": {"tokens": [[1, 2]]}, "heads": {n: 0.5}},
+        ...                  "entropy": {"edges": [0, 1], "rel_error": {n: [0.1]}, "top1": {n: [1]}}}
+        >>> merged = merge_probes({"a": one("a"), "b": one("b")})
+        >>> merged["branches"]["heads"], merged["entropy"]["top1"], merged["contexts_match"]
+        ({'a': 0.5, 'b': 0.5}, {'a': [1], 'b': [1]}, True)
+    """
+    first = next(iter(probes.values()))
+    branches = {**first["branches"], "heads": {}}
+    entropy = {**first["entropy"], "rel_error": {}, "top1": {}}
+    for name, p in probes.items():
+        branches["heads"][name] = p["branches"]["heads"][name]
+        for k in ("rel_error", "top1"):
+            entropy[k][name] = p["entropy"][k][name]
+    same = all(p["branches"]["contexts"] == first["branches"]["contexts"]
+               and p["entropy"]["edges"] == first["entropy"]["edges"] for p in probes.values())
+    return {"branches": branches, "entropy": entropy, "contexts_match": same}
 
 
 def config_from_args(args) -> AblationConfig:
@@ -333,14 +392,21 @@ def sharegpt_inputs(target, cfg: AblationConfig) -> dict:
             if cfg.draft_vocab else None}
 
 
+# Where `experiment uncertainty` keeps finished variants by default (commit it between sittings).
+KEEP = {"full": "data/results/uncertainty_full"}
+
+
 def ablation_command(args, target, log=print) -> dict:
     """`experiment uncertainty`: SmolLM2 (or --model) on ShareGPT, MT-bench prompts; writes --out."""
     import sys
     cfg = config_from_args(args)
     work = Path(args.work or Path("runs") / f"uncertainty_{args.size}")
-    log(f"experiment uncertainty, size {args.size}: {json.dumps(asdict(cfg))}; work dir {work}")
+    keep = args.keep if args.keep is not None else KEEP.get(args.size)
+    log(f"experiment uncertainty, size {args.size}: {json.dumps(asdict(cfg))}; work dir {work}"
+        + (f"; finished variants kept in {keep}" if keep else ""))
     result = run_ablation(target, cfg=cfg, work=work, **sharegpt_inputs(target, cfg),
-                          command="python -m eagle_mini " + " ".join(sys.argv[1:]), log=log)
+                          command="python -m eagle_mini " + " ".join(sys.argv[1:]), log=log,
+                          keep=keep or None)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_json(result, indent=1))
