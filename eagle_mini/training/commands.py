@@ -109,6 +109,22 @@ def resolve_precision(args, device, log=print):
     return mixed, feat
 
 
+def training_head(args, target):
+    """train-head's head before training: `--init`'s (and its metadata) or a new one of `--kind`,
+    draft vocabulary and seed. -> (head attached to `target`, fp32; the prior metadata or {})."""
+    if args.init:
+        from ..heads import load_head
+        head = load_head(args.init, target).float()
+        head.attach(target)
+        return head, getattr(head, "meta", {})
+    vocab = frequent_tokens(target, args.draft_vocab) if args.draft_vocab else None
+    if getattr(args, "kind", "eagle1") == "eagle3":
+        from ..eagle3 import new_eagle3_head
+        return new_eagle3_head(target, seed=args.seed, draft_vocab=vocab,
+                               warm_start=getattr(args, "lm_head_init", "random") == "target"), {}
+    return new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias), {}
+
+
 def train_command(args, target, log=print) -> dict:
     """Build or continue a head, train it, export it (bf16) with its metrics."""
     if getattr(args, "mix_sharegpt", None) and not getattr(args, "regenerated", None):
@@ -124,20 +140,7 @@ def train_command(args, target, log=print) -> dict:
                       mixed_precision=getattr(args, "mixed_precision", "no"),
                       feature_dtype=getattr(args, "feature_dtype", None) or "")
     work = Path(args.work or Path("runs") / Path(args.out).name)
-    prior = {}
-    if args.init:
-        from ..heads import load_head
-        head = load_head(args.init, target).float()
-        prior = getattr(head, "meta", {})
-        head.attach(target)
-    else:
-        vocab = frequent_tokens(target, args.draft_vocab) if args.draft_vocab else None
-        if getattr(args, "kind", "eagle1") == "eagle3":
-            from ..eagle3 import new_eagle3_head
-            head = new_eagle3_head(target, seed=args.seed, draft_vocab=vocab,
-                                   warm_start=getattr(args, "lm_head_init", "random") == "target")
-        else:
-            head = new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias)
+    head, prior = training_head(args, target)
     layers = getattr(head, "aux_layers", None)
     if cfg.unroll is None:
         cfg.unroll = 7 if layers else 1   # EAGLE-3's 7 unrolled steps; EAGLE-1's single step
