@@ -78,7 +78,7 @@ def test_results_md_section_reads_the_comparison_file(tmp_path):
     doc = {"command": "python -m eagle_mini compare-heads a.json b.json",
            **compare_heads(result(a, 1000), result(b, 1000, kind="eagle3"))}
     (tmp_path / RESULTS).mkdir(parents=True)
-    (tmp_path / RESULTS / EQUAL_TOKENS).write_text(json.dumps(doc))
+    (tmp_path / RESULTS / EQUAL_TOKENS[0]).write_text(json.dumps(doc))
     text = "\n".join(equal_tokens_section(Files(tmp_path)))
     assert "1.500 [" in text and "2.000 [" in text and "eagle3 - eagle1: +0.500 [+0.500, +0.500]" in text
     assert "lies above 0" in text and "equal training tokens: True" in text

@@ -28,7 +28,8 @@ RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
 COST, COST_BF16 = "cost_curve_smollm2-135m_cpu.json", "cost_curve_smollm2-135m_cpu_bf16.json"
 EVAL, EVAL_PAPER_TREE = "eval_head_smollm2-135m.json", "eval_head_smollm2-135m_paper_tree.json"
 LOSSLESS, ABLATION, CLAIMS = "check_lossless.json", "uncertainty.json", "paper_vs_ours.json"
-EQUAL_TOKENS = "eagle3_vs_eagle1_equal_tokens.json"
+# compare-heads files, one per EAGLE-3 training-time-test depth tried (the probe of `--unroll`)
+EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_equal_tokens.json")
 BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtbench_T0",
            "bench_smollm2-135m_cpu_mtbench_T1")
 EAGLE_METHODS = ("eagle-chain", "eagle", "eagle2", "auto")
@@ -213,32 +214,49 @@ def claims_section(f: Files) -> list[str]:
             f"sources), made by `{t['command']}` from the files it names.*", ""]
 
 
+def unroll_of(commands) -> str:
+    """The `--unroll` of a head's training commands, for a label ("?" when none says).
+
+        >>> unroll_of(["python -m eagle_mini train-head --kind eagle3 --unroll 5 --out x"])
+        '5'
+    """
+    found = [m.group(1) for c in commands or [] for m in [re.search(r"--unroll (\d+)", c or "")] if m]
+    return found[-1] if found else "?"
+
+
 def equal_tokens_section(f: Files) -> list[str]:
-    """EAGLE-3 against EAGLE-1 trained from scratch on the same records (`compare-heads`)."""
+    """EAGLE-3 against EAGLE-1 trained from scratch on the same records (`compare-heads`), one
+    comparison per EAGLE-3 unroll depth tried."""
     title = ["## EAGLE-3 against EAGLE-1 at equal training tokens", ""]
-    if not f.path(EQUAL_TOKENS).exists():
+    found = [name for name in EQUAL_TOKENS if f.path(name).exists()]
+    if not found:
         return title + ["Not measured yet: two heads trained from scratch on the same records, "
                         "each evaluated by `eval-head`, then `python -m eagle_mini compare-heads "
-                        f"A.json B.json --out {RESULTS}/{EQUAL_TOKENS}`.", ""]
-    c = f.json(EQUAL_TOKENS)
-    d, st = c["tau_difference_b_minus_a"], c["setting"]
+                        f"A.json B.json --out {RESULTS}/{EQUAL_TOKENS[-1]}`.", ""]
 
     def iv(q, sign=""):
         return f"{q['estimate']:{sign}.3f} [{q['low']:{sign}.3f}, {q['high']:{sign}.3f}]"
-    rows = [[arm["kind"], f"{arm['training_tokens']:,}", iv(arm["tau"]), f"`{arm['command']}`"]
-            for arm in (c["a"], c["b"])]
-    verdict = ("lies above 0: the second head accepts more per cycle" if c["b_beats_a"] else
-               "includes 0 or lies below it: no gain shown at this budget")
-    return title + [
-        f"Both heads trained from scratch on the same streamed ShareGPT records (equal training "
-        f"tokens: {c['equal_training_tokens']}), then decoded greedily with the tree "
-        f"`{tree_name(st['tree'])}` on {st['prompts']} MT-bench first turns, {st['max_new_tokens']} new "
-        "tokens each. tau is pooled over prompts, with a 95% bootstrap interval over prompts; the "
-        "difference is paired over the same prompts.", "",
-        *table(["head", "training tokens", "MT-bench tau [95%]", "made by"], rows), "",
-        f"**{c['b']['kind']} - {c['a']['kind']}: {iv(d, '+')}**; the interval {verdict}. The heads' "
-        "training commands are in the file (`training_commands`).", "",
-        f"*File `{RESULTS}/{EQUAL_TOKENS}`, made by `{c['command']}`.*", ""]
+    st = f.json(found[0])["setting"]
+    out = title + [
+        "Each pair of heads trained from scratch on the same streamed ShareGPT records, then "
+        f"decoded greedily with the tree `{tree_name(st['tree'])}` on {st['prompts']} MT-bench first "
+        f"turns, {st['max_new_tokens']} new tokens each. tau is pooled over prompts, with a 95% "
+        "bootstrap interval over prompts; the difference is paired over the same prompts. The "
+        "EAGLE-3 head's training-time test unrolls `--unroll` draft steps.", ""]
+    for name in found:
+        c = f.json(name)
+        d = c["tau_difference_b_minus_a"]
+        rows = [[arm["kind"], f"{arm['training_tokens']:,}", iv(arm["tau"]), f"`{arm['command']}`"]
+                for arm in (c["a"], c["b"])]
+        verdict = ("lies above 0: the second head accepts more per cycle" if c["b_beats_a"] else
+                   "includes 0 or lies below it: no gain shown at this budget")
+        out += [f"### {c['b']['kind']} unrolled {unroll_of(c['b'].get('training_commands'))} steps "
+                f"(equal training tokens: {c['equal_training_tokens']})", "",
+                *table(["head", "training tokens", "MT-bench tau [95%]", "made by"], rows), "",
+                f"**{c['b']['kind']} - {c['a']['kind']}: {iv(d, '+')}**; the interval {verdict}. "
+                "The heads' training commands are in the file (`training_commands`).", "",
+                f"*File `{RESULTS}/{name}`, made by `{c['command']}`.*", ""]
+    return out
 
 
 def bench_section(f: Files) -> list[str]:
