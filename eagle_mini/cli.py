@@ -221,6 +221,13 @@ def build_parser() -> Parser:
     c.add_argument("b", help="eval-head JSON of head B")
     c.add_argument("--out", default=None, help="write the comparison JSON here")
 
+    tc = sub.add_parser("tau-curve", help="eval-head results of one head at several training-"
+                                          "token counts: tau against tokens, gain per doubling, "
+                                          "and where it would reach --goal (bootstrap intervals)")
+    tc.add_argument("files", nargs="+", help="eval-head JSONs (two or more token counts)")
+    tc.add_argument("--goal", type=float, default=None, help="tau to project the tokens for")
+    tc.add_argument("--out", default=None, help="write the curve JSON here")
+
     a = sub.add_parser("measure-acceptance", help="tau per prompt for tree/chain, EAGLE-2/EAGLE-1, "
                                                    "T=0/T=1, draft calibration and n-alpha (untimed; "
                                                    "what paper-vs-ours reads)")
@@ -534,17 +541,42 @@ def cmd_eval_head(args):
         Path(args.out).write_text(text)
 
 
-def cmd_compare_heads(args):
-    from .measure.evaluate import compare_heads
-    from .results import results_json
+def read_eval_results(paths) -> list[dict]:
+    """eval-head JSON files, each checked to be one; a clear error names the one that is not."""
     docs = []
-    for path in (args.a, args.b):
+    for path in paths:
         try:
             docs.append(json.loads(Path(path).read_text()))
         except (OSError, ValueError) as e:
             raise EagleMiniError(f"{path}: not a readable eval-head JSON ({e.__class__.__name__})")
         if "mtbench" not in docs[-1]:
             raise EagleMiniError(f"{path}: not an eval-head result (no 'mtbench')")
+    return docs
+
+
+def cmd_tau_curve(args):
+    from .measure.evaluate import tau_curve
+    from .results import results_json
+    result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "files": args.files,
+              **tau_curve(read_eval_results(args.files), args.goal)}
+    for pt in result["points"]:
+        t = pt["tau"]
+        print(f"{pt['tokens']:>12,} tokens: tau {t['estimate']:.3f} [{t['low']:.3f}, {t['high']:.3f}]")
+    b = result["fit"]["per_doubling"]
+    print(f"per doubling of training tokens: {b['estimate']:+.3f} [{b['low']:+.3f}, {b['high']:+.3f}]")
+    if "goal" in result:
+        g = result["goal"]["tokens"]
+        print(f"tau {args.goal} at about {g['estimate']:,.0f} tokens [{g['low']:,.0f}, "
+              f"{g['high']:,.0f}] (log-linear extrapolation)")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(results_json(result, indent=1))
+
+
+def cmd_compare_heads(args):
+    from .measure.evaluate import compare_heads
+    from .results import results_json
+    docs = read_eval_results((args.a, args.b))
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]),
               "files": [args.a, args.b], **compare_heads(*docs)}
     d = result["tau_difference_b_minus_a"]
@@ -623,7 +655,7 @@ def cmd_experiment(args):
 
 COMMANDS = {"generate": cmd_generate, "demo": cmd_demo, "prepare": cmd_prepare,
             "profile-target": cmd_profile_target, "check-lossless": cmd_check_lossless,
-            "bench": cmd_bench, "eval-head": cmd_eval_head, "compare-heads": cmd_compare_heads, "export": cmd_export, "dump-features": cmd_dump_features,
+            "bench": cmd_bench, "eval-head": cmd_eval_head, "compare-heads": cmd_compare_heads, "tau-curve": cmd_tau_curve, "export": cmd_export, "dump-features": cmd_dump_features,
             "regenerate": cmd_regenerate, "train-head": cmd_train_head,
             "experiment": cmd_experiment, "measure-acceptance": cmd_measure_acceptance,
             "paper-vs-ours": cmd_paper_vs_ours, "rehearse": cmd_rehearse,

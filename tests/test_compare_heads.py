@@ -82,3 +82,39 @@ def test_results_md_section_reads_the_comparison_file(tmp_path):
     text = "\n".join(equal_tokens_section(Files(tmp_path)))
     assert "1.500 [" in text and "2.000 [" in text and "eagle3 - eagle1: +0.500 [+0.500, +0.500]" in text
     assert "lies above 0" in text and "equal training tokens: True" in text
+
+
+def test_tau_curve_fits_the_gain_per_doubling_and_projects_the_goal(tmp_path):
+    """tau 1.5, 2.0, 2.5 at 1k, 2k, 4k tokens on every prompt: +0.5 per doubling exactly, so tau 3.0
+    lies at 8k tokens with a zero-width interval; a flat curve never reaches a higher goal."""
+    from eagle_mini.measure.evaluate import tau_curve
+    shape = [[3, 2], [30, 20], [9, 6]] * 4
+
+    def at(tau):
+        return [[round(tau * c), c] for _, c in shape]
+    docs = [result(at(1.5), 1000), result(at(2.5), 4000), result(at(2.0), 2000)]
+    c = tau_curve(docs, goal=3.0)
+    assert [p["tokens"] for p in c["points"]] == [1000, 2000, 4000]   # sorted by tokens
+    b = c["fit"]["per_doubling"]
+    assert b["estimate"] == pytest.approx(0.5) and b["low"] == pytest.approx(0.5)
+    assert c["goal"]["tokens"]["estimate"] == pytest.approx(8000)
+    flat = tau_curve([result(at(1.5), 1000), result(at(1.5), 4000)], goal=2.0)
+    assert flat["goal"]["tokens"]["estimate"] == float("inf") and flat["goal"]["never_reached_share"] == 1
+    with pytest.raises(EagleMiniError, match="two training-token counts"):
+        tau_curve(docs[:1])
+    with pytest.raises(EagleMiniError, match="one training-token count"):
+        tau_curve([result(at(1.5), 1000), result(at(2.0), 1000)])
+    paths = []
+    for i, d in enumerate(docs):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(d))
+    run = subprocess.run([sys.executable, "-m", "eagle_mini", "tau-curve", *map(str, paths),
+                          "--goal", "3", "--out", str(tmp_path / "curve.json")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "per doubling of training tokens: +0.500" in run.stdout
+    assert json.loads((tmp_path / "curve.json").read_text())["goal"]["tokens"]["estimate"] == \
+        pytest.approx(8000)
+    bad = subprocess.run([sys.executable, "-m", "eagle_mini", "tau-curve", str(paths[0]),
+                          str(tmp_path / "missing.json")], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -13,6 +13,8 @@
 """
 from collections import Counter
 
+import torch
+
 from ..decode import generate
 from ..training.commands import validation_features
 from ..training.data import evenly_spaced, load_prompts, mtbench_questions
@@ -127,3 +129,66 @@ def compare_heads(a: dict, b: dict) -> dict:
             "tau_difference_b_minus_a": diff, "b_beats_a": excludes_zero(diff),
             "training_token_ratio_b_over_a": ratio,
             "equal_training_tokens": None if ratio is None else abs(ratio - 1) <= EQUAL_TOKENS}
+
+
+def _loglinear(tokens: torch.Tensor, tau: torch.Tensor):
+    """Least squares tau = a + b * log2(tokens), per row of tau [..., points] -> (a, b)."""
+    x = torch.log2(tokens.double())
+    xc = x - x.mean()
+    b = ((tau - tau.mean(-1, keepdim=True)) * xc).sum(-1) / (xc * xc).sum()
+    return tau.mean(-1) - b * x.mean(), b
+
+
+def tau_curve(docs: list[dict], goal: float | None = None) -> dict:
+    """`eval-head` results of one head at several training-token counts (snapshots of one run, on
+    the same MT-bench prompts) -> tau against tokens, fitted as tau = a + b log2(tokens): b is the
+    gain per doubling of training data. Intervals by bootstrap over prompts, drawn jointly for
+    every point (the same prompts). With `goal`, the tokens at which the fit reaches it.
+
+    The log-linear form is an assumption that fits the EAGLE-1 head's rounds here (`heads`' card);
+    a projection far past the last point is a guess with a formula, and says so by its interval.
+
+        >>> doc = lambda n, acc: {"head_tokens_seen": n, "mtbench": {"prompts": 2, "tree": "t",
+        ...     "max_new_tokens": 8, "tau_counts_per_prompt": [[acc, 4], [acc + 2, 4]]}}
+        >>> c = tau_curve([doc(1000, 4), doc(2000, 6), doc(4000, 8)], goal=2.75)
+        >>> round(c["fit"]["per_doubling"]["estimate"], 3), round(c["goal"]["tokens"]["estimate"])
+        (0.5, 8000)
+    """
+    from ..errors import EagleMiniError
+    from .intervals import Arm, _interval, interval, resample_indices
+    if len(docs) < 2:
+        raise EagleMiniError("a curve needs eval-head results at two training-token counts or more")
+    docs = sorted(docs, key=lambda d: d.get("head_tokens_seen") or 0)
+    first = docs[0]["mtbench"]
+    for d in docs:
+        if not d.get("head_tokens_seen"):
+            raise EagleMiniError(f"{d.get('command')}: the head's training tokens are not recorded")
+        for key in ("prompts", "tree", "max_new_tokens"):
+            if d["mtbench"][key] != first[key]:
+                raise EagleMiniError(f"the results differ in MT-bench {key}; rerun eval-head to match")
+    tokens = torch.tensor([d["head_tokens_seen"] for d in docs], dtype=torch.float64)
+    if len(set(tokens.tolist())) < 2:
+        raise EagleMiniError("the results share one training-token count: no curve to fit")
+    arms = [Arm([d["mtbench"]["tau_counts_per_prompt"]]) for d in docs]
+    estimate = torch.tensor([a.estimate() for a in arms], dtype=torch.float64)
+    idx = resample_indices(arms[0].units)
+    draws = torch.stack([a.per_seed(idx)[0] for a in arms], dim=-1)      # [resamples, points]
+    a0, b0 = _loglinear(tokens, estimate)
+    a, b = _loglinear(tokens, draws)
+    out = {"points": [{"tokens": int(n), "tau": interval(arm), "command": d.get("command")}
+                      for n, arm, d in zip(tokens.tolist(), arms, docs)],
+           "setting": {k: first[k] for k in ("prompts", "tree", "max_new_tokens")},
+           "fit": {"form": "tau = intercept + per_doubling * log2(tokens)",
+                   "intercept": float(a0),
+                   "per_doubling": _interval(float(b0), b, 0.95)}}
+    if goal is not None:
+        def reach(a, b):   # tokens where the fit meets the goal; inf where it does not rise
+            return torch.where(b > 0, torch.exp2((goal - a) / b.clamp(min=1e-12)),
+                               torch.full_like(b, float("inf")))
+        draws_t = reach(a, b).sort().values          # inf sorts last: percentiles by rank
+        k = [int(q * (len(draws_t) - 1)) for q in (0.025, 0.975)]
+        out["goal"] = {"tau": goal, "tokens": {"estimate": float(reach(a0, b0)),
+                                               "low": float(draws_t[k[0]]),
+                                               "high": float(draws_t[k[1]]), "level": 0.95},
+                       "never_reached_share": float((~torch.isfinite(draws_t)).double().mean())}
+    return out
