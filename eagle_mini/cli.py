@@ -86,6 +86,9 @@ def build_parser() -> Parser:
     p.add_argument("--compare-stock", action="store_true",
                    help="also time the stock kernels in the same run (before/after packing)")
     p.add_argument("--out", default=None, help="JSON path (default data/results/cost_curve_<model>.json)")
+    p.add_argument("--by-op", action="store_true",
+                   help="instead: where a forward of 1, 2 and 16 tokens spends its time, per op "
+                        "family (torch profiler), and what grows from 1 to 2 tokens")
 
     r = sub.add_parser("prepare", help="convert the embedded target once into the cache")
     r.add_argument("--model", default="smollm2-135m")
@@ -387,6 +390,8 @@ def cmd_profile_target(args):
         raise EagleMiniError(f"--out {args.out} is a directory; give a file name such as "
                              f"{Path(args.out) / 'cost_curve.json'}")
     target = load(args)
+    if args.by_op:
+        return print_op_breakdown(target, args)
     ns, n = [], 1
     while n <= args.max_n:
         ns.append(n)
@@ -404,6 +409,26 @@ def cmd_profile_target(args):
               + (f"   stock kernels {st:5.2f}" if st is not None else "")
               + (f"   head {hm:6.2f} ms" if hm is not None else ""))
     print(f"wrote {json_path} and {png}")
+
+
+def print_op_breakdown(target, args):
+    """`profile-target --by-op`: ms per op family at n = 1, 2, 16 and the growth from 1 to 2."""
+    from .measure.profile import op_breakdown
+    from .results import results_json
+    r = op_breakdown(target, prefix_len=args.prefix_len, repeats=args.repeats)
+    r["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
+    rows = r["by_n"]
+    families = list(rows[0]["family_ms"])
+    print(f"{'ms per forward':26s}" + "".join(f"{'n=' + str(x['n']):>10s}" for x in rows)
+          + f"{'2 minus 1':>11s}")
+    for f in families + ["wall"]:
+        vals = [x["wall_ms"] if f == "wall" else x["family_ms"].get(f, 0.0) for x in rows]
+        print(f"{f:26s}" + "".join(f"{v:10.1f}" for v in vals) + f"{vals[1] - vals[0]:+11.1f}")
+    print(f"machine: {r['machine'].get('cpu')}, {r['machine'].get('threads')} threads")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(results_json(r, indent=1))
+        print(f"wrote {args.out}")
 
 
 def cmd_demo(args):

@@ -1,0 +1,27 @@
+"""`profile-target --by-op`: a forward's time split by op family. Oracle: the families and the time
+outside ops add up to the wall time, and the matmuls of a bigger n are never cheaper by much."""
+import torch
+
+from eagle_mini import tiny_target
+from eagle_mini.measure.profile import OP_FAMILIES, op_breakdown, op_family
+
+
+def test_families_and_time_outside_ops_add_up_to_the_wall_time():
+    torch.manual_seed(0)
+    target = tiny_target()
+    r = op_breakdown(target, ns=(1, 2, 16), prefix_len=8, repeats=3, warmup=1)
+    assert [x["n"] for x in r["by_n"]] == [1, 2, 16]
+    for x in r["by_n"]:
+        fam = x["family_ms"]
+        assert fam["matmul"] > 0 and fam["attention"] > 0 and set(fam) <= set(OP_FAMILIES) | {
+            "other ops", "outside ops"}
+        assert sum(fam.values()) >= 0.99 * x["wall_ms"]      # nothing lost; the rest is outside ops
+        assert max(x["top_ops_ms"].values()) <= sum(fam.values())
+
+
+def test_op_names_map_to_families_by_their_base_name():
+    assert op_family("aten::addmm") == op_family("mkl::_mkl_linear") == "matmul"
+    assert op_family("aten::select") == "copies and cache"   # not "le" or "eq" by substring
+    assert op_family("aten::unsqueeze") == "copies and cache"
+    assert op_family("aten::tril") == "mask and positions"
+    assert op_family("ProfilerStep#1") == "other ops"
