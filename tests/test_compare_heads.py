@@ -118,3 +118,18 @@ def test_tau_curve_fits_the_gain_per_doubling_and_projects_the_goal(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "eagle_mini", "tau-curve", str(paths[0]),
                           str(tmp_path / "missing.json")], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_results_md_shows_the_curve_file(tmp_path):
+    from eagle_mini.measure.evaluate import tau_curve
+    from eagle_mini.measure.report import CURVES, EQUAL_TOKENS, RESULTS, Files, equal_tokens_section
+    shape = [[3, 2], [30, 20], [9, 6]] * 4
+    docs = [result([[round(t * c), c] for _, c in shape], n) for t, n in ((1.5, 1000), (2.0, 2000))]
+    comp = {"command": "compare-heads", **compare_heads(docs[0], {**docs[1], "head_kind": "eagle3"})}
+    curve = {"command": "python -m eagle_mini tau-curve a b", **tau_curve(docs, goal=3.0)}
+    for name, doc in ((EQUAL_TOKENS[-1], comp), (CURVES[0], curve)):
+        (tmp_path / RESULTS / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / RESULTS / name).write_text(json.dumps(doc))
+    text = "\n".join(equal_tokens_section(Files(tmp_path)))
+    assert "| 1,000 | 1.500 [" in text and "+0.500 [+0.500, +0.500] per doubling" in text
+    assert "tau 3.0 would be reached at about 8,000 tokens" in text

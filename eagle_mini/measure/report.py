@@ -30,6 +30,8 @@ EVAL, EVAL_PAPER_TREE = "eval_head_smollm2-135m.json", "eval_head_smollm2-135m_p
 LOSSLESS, ABLATION, CLAIMS = "check_lossless.json", "uncertainty.json", "paper_vs_ours.json"
 # compare-heads files, one per EAGLE-3 training-time-test depth tried (the probe of `--unroll`)
 EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_equal_tokens.json")
+# tau-curve files: one head's tau against its training tokens (snapshots of one run)
+CURVES = ("eagle3_unroll5_curve/tau_curve.json",)
 BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtbench_T0",
            "bench_smollm2-135m_cpu_mtbench_T1")
 EAGLE_METHODS = ("eagle-chain", "eagle", "eagle2", "auto")
@@ -256,7 +258,28 @@ def equal_tokens_section(f: Files) -> list[str]:
                 f"**{c['b']['kind']} - {c['a']['kind']}: {iv(d, '+')}**; the interval {verdict}. "
                 "The heads' training commands are in the file (`training_commands`).", "",
                 f"*File `{RESULTS}/{name}`, made by `{c['command']}`.*", ""]
+    for name in CURVES:
+        if f.path(name).exists():
+            out += curve_lines(f.json(name), name)
     return out
+
+
+def curve_lines(c: dict, name: str) -> list[str]:
+    """A `tau-curve` file as a table of its points, the fitted gain per doubling and the goal."""
+    def iv(q, fmt=".3f"):
+        return f"{q['estimate']:{fmt}} [{q['low']:{fmt}}, {q['high']:{fmt}}]"
+    b = c["fit"]["per_doubling"]
+    out = ["### tau against training tokens", "",
+           *table(["training tokens", "MT-bench tau [95%]"],
+                  [[f"{p['tokens']:,}", iv(p["tau"])] for p in c["points"]]), "",
+           f"Fitted `{c['fit']['form']}`: **{iv(b, '+.3f')} per doubling** of training tokens."]
+    if "goal" in c:
+        g = c["goal"]["tokens"]
+        where = ("never, on this fit" if g["estimate"] == float("inf") else
+                 f"at about {g['estimate']:,.0f} tokens [{g['low']:,.0f}, {g['high']:,.0f}]")
+        out[-1] += (f" tau {c['goal']['tau']} would be reached {where} (a log-linear "
+                    "extrapolation far past the points: a guess with a formula).")
+    return out + ["", f"*File `{RESULTS}/{name}`, made by `{c['command']}`.*", ""]
 
 
 def bench_section(f: Files) -> list[str]:
