@@ -251,7 +251,8 @@ def equal_tokens_section(f: Files) -> list[str]:
         rows = [[arm["kind"], f"{arm['training_tokens']:,}", iv(arm["tau"]), f"`{arm['command']}`"]
                 for arm in (c["a"], c["b"])]
         verdict = ("lies above 0: the second head accepts more per cycle" if c["b_beats_a"] else
-                   "includes 0 or lies below it: no gain shown at this budget")
+                   "lies below 0: the second head accepts fewer per cycle" if d["high"] < 0 else
+                   "includes 0: no difference shown at this budget")
         out += [f"### {c['b']['kind']} unrolled {unroll_of(c['b'].get('training_commands'))} steps "
                 f"(equal training tokens: {c['equal_training_tokens']})", "",
                 *table(["head", "training tokens", "MT-bench tau [95%]", "made by"], rows), "",
