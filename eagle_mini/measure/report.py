@@ -271,6 +271,8 @@ def curve_lines(c: dict, name: str) -> list[str]:
         return f"{q['estimate']:{fmt}} [{q['low']:{fmt}}, {q['high']:{fmt}}]"
     b = c["fit"]["per_doubling"]
     out = ["### tau against training tokens", "",
+           "The points are snapshots of one run (`scripts/head_from_checkpoint.py`), each at its "
+           "place in that run's learning-rate schedule, not separate runs sized to each budget.", "",
            *table(["training tokens", "MT-bench tau [95%]"],
                   [[f"{p['tokens']:,}", iv(p["tau"])] for p in c["points"]]), "",
            f"Fitted `{c['fit']['form']}`: **{iv(b, '+.3f')} per doubling** of training tokens."]
