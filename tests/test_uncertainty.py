@@ -175,15 +175,19 @@ def test_paper_checks_hold_on_the_papers_pattern_and_fail_off_it():
     assert [r["holds"] for r in paper_checks(near)] == [True, True, False, True]
 
 
-def test_a_rerun_skips_finished_variants_and_more_seeds_continue(target, tmp_path, monkeypatch):
-    real, calls = eagle_mini.training.train.train_head, []
-
-    def killed_at_third(head, *a, **kw):
+def killed_at_third(real, calls):
+    """A `train_head` that records each head's input mode and is interrupted at the third head."""
+    def train(head, *a, **kw):
         calls.append(head.input_mode)
         if len(calls) == 3:
             raise KeyboardInterrupt
         return real(head, *a, **kw)
-    monkeypatch.setattr(eagle_mini.training.train, "train_head", killed_at_third)
+    return train
+
+
+def test_a_rerun_skips_finished_variants_and_more_seeds_continue(target, tmp_path, monkeypatch):
+    real, calls = eagle_mini.training.train.train_head, []
+    monkeypatch.setattr(eagle_mini.training.train, "train_head", killed_at_third(real, calls))
     with pytest.raises(KeyboardInterrupt):
         run(target, tmp_path)
     first = {v: json.loads((tmp_path / "seed0" / v / "result.json").read_text())
@@ -211,13 +215,7 @@ def test_a_new_work_dir_starts_from_the_kept_variants(target, tmp_path, monkeypa
     """A sitting's work directory is lost; what `keep` received is not: only the variant cut off
     mid-training is redone, and the result equals an uninterrupted run's."""
     real, calls = eagle_mini.training.train.train_head, []
-
-    def killed_at_third(head, *a, **kw):
-        calls.append(head.input_mode)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(head, *a, **kw)
-    monkeypatch.setattr(eagle_mini.training.train, "train_head", killed_at_third)
+    monkeypatch.setattr(eagle_mini.training.train, "train_head", killed_at_third(real, calls))
     keep = tmp_path / "keep"
     with pytest.raises(KeyboardInterrupt):
         run(target, tmp_path / "sitting1", keep=keep)
