@@ -69,7 +69,8 @@ class AblationConfig:
 # 4,096-token step of 2.2-2.4 s fp32 (Zen 2, 2 threads, nothing else running; 4.3 s at 1 thread,
 # so two 1-thread processes would gain nothing), i.e. ~20 min for 6 epochs, plus ~10 min of
 # decoding 80 prompts for tau and, on the first seed, ~1 min of probes: ~6 h for 3 seeds x 4
-# heads (`scripts/probe_ablation_step.py`). `ci` is notebook 02's live run; `tiny` a smoke test on the real target.
+# heads (`scripts/probe_ablation_step.py`). `ci` is notebook 02's live run; `tiny` a smoke test
+# on the real target.
 SIZES = {
     "tiny": AblationConfig(train_tokens=1_000, val_tokens=500, max_len=256, epochs=1,
                            batch_tokens=1024, warmup=2, vocab_conversations=20, prompts=1,
