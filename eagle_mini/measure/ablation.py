@@ -303,7 +303,7 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
                     "entropy": error_by_entropy(target, {v.name: head()}, val, cfg.entropy_bins,
                                                 cfg.analysis_tokens)})
             memo.pop(where, None)
-            if keep is not None:
+            if keep is not None and not restored:
                 _store(where, Path(keep) / rel, parts)
             runs[v.name].append(run)
     probe = merge_probes(probes)

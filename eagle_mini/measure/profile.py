@@ -22,6 +22,20 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def _prefilled(target, prefix_len: int, g):
+    """A target cache holding `prefix_len` random tokens: the prefix every timed forward extends."""
+    prefix = torch.randint(0, target.vocab_size, (prefix_len,), generator=g)
+    cache = target.new_cache()
+    target.forward(prefix, cache, all_logits=False)
+    return cache
+
+
+def _new_tokens(target, n: int, g):
+    """n random new tokens and their causal mask (a chain of n drafts)."""
+    return (torch.randint(0, target.vocab_size, (n,), generator=g),
+            torch.tril(torch.ones(n, n, dtype=torch.bool)))
+
+
 @torch.no_grad()
 def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repeats: int = 7,
                warmup: int = 2, seed: int = 0, with_head: bool = False,
@@ -38,9 +52,7 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
     packed = is_packed(target.model)
     variants = ["packed", "stock"] if compare_stock and packed else ["packed" if packed else "stock"]
     g = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(0, target.vocab_size, (prefix_len,), generator=g)
-    cache = target.new_cache()
-    target.forward(prefix, cache, all_logits=False)
+    cache = _prefilled(target, prefix_len, g)
     times = {(v, n): [] for v in variants for n in ns}
     bar = tqdm(total=(warmup + repeats) * len(variants) * len(ns), desc="cost curve",
                unit="forward", disable=not progress)
@@ -48,8 +60,7 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
         for v in variants if r % 2 == 0 else variants[::-1]:
             with stock_kernels(target.model) if v == "stock" else nullcontext():
                 for n in list(ns) if r % 2 == 0 else list(reversed(ns)):  # alternate direction
-                    tokens = torch.randint(0, target.vocab_size, (n,), generator=g)
-                    mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+                    tokens, mask = _new_tokens(target, n, g)
                     _sync(target.device)
                     t = time.perf_counter()
                     target.forward(tokens, cache, tree_mask=mask)
@@ -115,13 +126,10 @@ def op_breakdown(target, ns=(1, 2, 16), prefix_len: int = 200, repeats: int = 5,
     and take c(n)/c(1) itself from `cost_curve`."""
     from torch.profiler import ProfilerActivity, profile
     g = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(0, target.vocab_size, (prefix_len,), generator=g)
-    cache = target.new_cache()
-    target.forward(prefix, cache, all_logits=False)
+    cache = _prefilled(target, prefix_len, g)
     out = []
     for n in ns:
-        tokens = torch.randint(0, target.vocab_size, (n,), generator=g)
-        mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+        tokens, mask = _new_tokens(target, n, g)
         for _ in range(warmup):
             target.forward(tokens, cache, tree_mask=mask)
             crop_cache(cache, prefix_len)
