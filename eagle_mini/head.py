@@ -122,8 +122,11 @@ class DraftHead(nn.Module):
         return self._shared["embed"](tokens)
 
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
-        """predicted features [n, H] -> draft logits [n, draft_vocab] (map ids with draft_to_target)."""
-        return predicted @ self._shared["lm_head"].T
+        """predicted features [n, H] -> draft logits [n, draft_vocab] (map ids with draft_to_target).
+        In the lm_head's dtype: an fp32 head in training on a bf16 target casts its output, not
+        the target's vocabulary-sized weight."""
+        lm = self._shared["lm_head"]
+        return predicted.to(lm.dtype) @ lm.T
 
     def fuse(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """The fc input per position: [..., H] feature and/or embedding of the shifted token."""

@@ -72,6 +72,30 @@ def test_a_head_for_a_bf16_target_trains_and_evaluates_from_fp16_features():
     assert 0.0 <= metrics["top1"] <= 1.0
 
 
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_a_head_trains_on_fp32_master_weights_on_a_bf16_target(kind):
+    """Found by the 7B rehearsal: attaching to a bf16 target cast the head to bf16, so AdamW
+    dropped every update under half a bf16 step. Now the weights stay fp32, the target's shared
+    embedding and lm_head stay bf16, and an update far below bf16's resolution still lands."""
+    from types import SimpleNamespace
+    from eagle_mini.training.commands import training_head
+    target = tiny_target("llama", seed=0, vocab_size=64, dtype="bf16", num_hidden_layers=4)
+    args = SimpleNamespace(init=None, draft_vocab=0, kind=kind, seed=0, no_fc_bias=False,
+                           lm_head_init="random")
+    head, meta = training_head(args, target)
+    assert meta == {} and {p.dtype for p in head.parameters()} == {torch.float32}
+    assert head._shared["embed"].weight.dtype == torch.bfloat16
+    ids = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(0))
+    width = 3 * target.hidden_size if kind == "eagle3" else target.hidden_size
+    out = head(torch.randn(1, 6, width), ids)
+    assert out.dtype == torch.float32 and torch.isfinite(head.draft_logits(out[0]).float()).all()
+    weight = next(p for n, p in head.named_parameters() if n.endswith("weight") and p.dim() == 2)
+    before = weight.detach().clone()
+    weight.grad = torch.ones_like(weight)
+    torch.optim.SGD([weight], lr=1e-7).step()   # ~1e-4 of a bf16 step for weights near 0.02
+    assert (weight.detach() != before).float().mean() > 0.9
+
+
 def rehearse(*args):
     return subprocess.run([sys.executable, "-m", "eagle_mini", "rehearse", "--config", "tiny",
                            "--threads", "1", *args], capture_output=True, text=True, cwd=ROOT,
@@ -106,6 +130,7 @@ def test_the_tiny_rehearsal_runs_every_step_and_a_rerun_runs_none(tmp_path):
     for kind in kinds:
         res = r["resume"][kind]
         assert res["identical"] and res["losses_resumed"] == res["losses_uninterrupted"]
+        assert (res["checkpoint_dtype"], res["saved_dtype"]) == ("float32", "bfloat16")
         assert len(res["losses_resumed"]) == r["sizes"]["steps"] == 2 * r["sizes"]["stop_after"]
         a = load_file(run / f"train_{kind}" / "head" / "model.safetensors")
         b = load_file(run / f"train_{kind}_uninterrupted" / "head" / "model.safetensors")

@@ -32,7 +32,8 @@ def test_committed_results_md_and_readme_blocks_are_what_the_results_files_produ
 def test_every_measured_figure_names_its_file_and_command(root):
     text = results_markdown(root)
     for name in (report.COST, report.COST_BF16, report.EVAL, report.EVAL_PAPER_TREE,
-                 report.LOSSLESS, report.ABLATION, *(f"{b}/bench.json" for b in report.BENCHES)):
+                 report.LOSSLESS, report.ABLATION, report.REHEARSAL,
+                 *(f"{b}/bench.json" for b in report.BENCHES)):
         doc = json.loads((root / report.RESULTS / name).read_text())
         assert f"`{report.RESULTS}/{name}`, made by `{doc['command']}`" in text, name
     assert "generated:results" in (root / "README.md").read_text()
@@ -72,3 +73,8 @@ def test_a_notebooks_run_time_is_read_from_its_cell_timestamps(tmp_path):
     assert notebook_minutes(tmp_path / "a.ipynb") == 3.0
     (tmp_path / "b.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}}]}))
     assert notebook_minutes(tmp_path / "b.ipynb") is None
+
+
+def test_without_a_rehearsal_file_the_section_says_how_to_make_one(tmp_path):
+    lines = report.rehearsal_section(report.Files(tmp_path))
+    assert "Not run yet" in "\n".join(lines) and "rehearse" in "\n".join(lines)

@@ -55,6 +55,8 @@ class Sizes:
     max_len: int = 192         # their tokens at most (dump, train, eval): a few hundred in all
     steps: int = 4             # train-head: one conversation per optimizer step
     stop_after: int = 2        # the first call stops here; the same command then finishes
+    lr: float = 3e-4           # notebook 03's 7B rate; the CLI's 3e-3 suits the 135M head, and at
+    #                            7B shape it diverged within 4 steps (loss 1.6 -> 699, first run)
     draft_vocab: int = 8192    # EAGLE-3 head's draft vocabulary (0: the whole vocabulary)
     eval_text: int = 1         # eval-head: teacher-forced test conversations
     eval_prompts: int = 2      # eval-head: MT-bench first turns decoded with EAGLE-2
@@ -243,8 +245,8 @@ def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
                               size.conversations, "--max-len", size.max_len, "--out", feats,
                               *(["--eagle3"] if kind == "eagle3" else [])])
         train = [*cli, "train-head", *load, "--features", feats, "--kind", kind, "--steps",
-                 size.steps, "--warmup", 0, "--batch-tokens", 1, "--max-len", size.max_len,
-                 "--eval-conversations", 1, "--seed", seed,
+                 size.steps, "--warmup", 0, "--lr", size.lr, "--batch-tokens", 1,
+                 "--max-len", size.max_len, "--eval-conversations", 1, "--seed", seed,
                  *(["--draft-vocab", size.draft_vocab] if kind == "eagle3" and size.draft_vocab
                    else [])]
         for name, run in (("stopped", f"train_{kind}"), ("resumed", f"train_{kind}"),

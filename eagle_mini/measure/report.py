@@ -28,6 +28,7 @@ RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
 COST, COST_BF16 = "cost_curve_smollm2-135m_cpu.json", "cost_curve_smollm2-135m_cpu_bf16.json"
 EVAL, EVAL_PAPER_TREE = "eval_head_smollm2-135m.json", "eval_head_smollm2-135m_paper_tree.json"
 LOSSLESS, ABLATION, CLAIMS = "check_lossless.json", "uncertainty.json", "paper_vs_ours.json"
+REHEARSAL = "rehearsal_vicuna-7b.json"   # `rehearse`: the 7B path run end to end, random weights
 # compare-heads files, one per EAGLE-3 training-time-test depth tried (the probe of `--unroll`)
 EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_equal_tokens.json")
 # tau-curve files: one head's tau against its training tokens (snapshots of one run)
@@ -347,6 +348,75 @@ def plan_section() -> list[str]:
             "into GPU-hours under a stated assumption.", ""]
 
 
+def rehearsal_section(f: Files) -> list[str]:
+    """`rehearse` at Vicuna-7B shape: each step's time and peak RSS beside `training_plan`."""
+    title = ["## The 7B dress rehearsal (measured, random weights)", ""]
+    if not f.path(REHEARSAL).exists():
+        return title + ["Not run yet: `python -m eagle_mini rehearse` on a CPU with bf16 units "
+                        f"(avx512_bf16 or amx_bf16) writes `{RESULTS}/{REHEARSAL}`.", ""]
+    r = f.json(REHEARSAL)
+    m, steps = r["model"], r["steps"]
+    rows = [[f"`{name}`", f"{s['seconds']:,.0f}", f"{s['peak_rss_gb']:.1f}",
+             f"{s['predicted_gb']:.1f}", f"{s['rss_minus_predicted_gb']:+.1f}"]
+            for name, s in steps.items()]
+    resume = "; ".join(
+        f"{k}: {'identical' if v['identical'] else 'NOT identical'} ({v['tensors']} tensors, "
+        f"largest difference {v['max_abs_difference']:.1g}, checkpoint in {v['checkpoint_dtype']})"
+        for k, v in r["resume"].items())
+
+    def greedy(method, g):
+        text = f"{method} equal to vanilla on {g['identical_prompts']}/{g['prompts']} prompts"
+        d = g.get("first_difference")
+        if d:
+            shares = ", ".join(f"{x:.0%}" for x in d["share_of_vanilla_gaps_at_most_margin"])
+            text += (f" (they part where vanilla's top-1 led the chosen token by "
+                     f"{', '.join(f'{x:.3f}' for x in d['margins'])} in logit; {shares} of "
+                     "vanilla's own positions have a top-1 - top-2 gap that small, median "
+                     f"{d['median_vanilla_gap']:.3f})")
+        return text
+    c = r["cost_curve"]
+    rel = dict(zip(c["ns"], c["relative"]))
+    ms = dict(zip(c["ns"], c["median_ms"]))
+    shown_ns = [n for n in (1, 2, 8, 16, 32, 64) if n in rel]
+    flat = max(n for n in c["ns"] if all(rel[k] < 1.25 for k in c["ns"] if k <= n))
+    return title + [
+        r["what"], "",
+        f"Machine: {r['machine']['cpu']} (family/model {r['machine'].get('cpu_family_model', '?')}; "
+        f"{', '.join(r['machine'].get('cpu_features', [])) or 'no listed features'}), "
+        f"{r['machine']['threads']} threads. "
+        f"Model: {m['parameters']:,} parameters ({m['shape']['num_hidden_layers']} layers, hidden "
+        f"{m['shape']['hidden_size']}, vocabulary {m['shape']['vocab_size']:,}), {m['dtype']}, "
+        f"built in {m['build_seconds']:.0f} s and saved in {m['save_seconds']:.0f} s "
+        f"({m['bytes'] / 1e9:.1f} GB). Features dumped: "
+        + ", ".join(f"{k} {v['tokens']:,} tokens" for k, v in r["features"].items()) + ".", "",
+        *table(["step", "seconds", "peak RSS (GB)", "training_plan (GB)", "RSS - plan (GB)"], rows),
+        "",
+        f"`training_plan` counts the target in bf16, plus the head with fp32 AdamW in `train-head` "
+        f"steps; peak RSS adds Python, torch and activations. Peak over all steps "
+        f"{r['peak_rss_gb']:.1f} GB against the {r['budget_gb']:.1f} GB machine: "
+        f"{'fits' if r['fits_budget'] else 'DOES NOT FIT'}. All steps: "
+        f"{r['seconds'] / 60:.0f} min. Each step's command is in the file (`steps.<name>.command`).",
+        "",
+        f"**Resume** (stopped after {r['sizes']['stop_after']} of {r['sizes']['steps']} steps, "
+        f"then the same command; against an uninterrupted run): {resume}.", "",
+        "**Greedy decoding** (" f"{r['sizes']['gen_prompts']} MT-bench prompts, "
+        f"{r['sizes']['gen_tokens']} new tokens, bf16): "
+        + "; ".join(greedy(k, g) for k, g in r["greedy"].items()) + "."
+        + ("" if all(g["identical_prompts"] == g["prompts"] for g in r["greedy"].values()) else
+           " In bf16 a forward of many tokens rounds differently from a forward of one, so greedy "
+           "texts part at near-ties of the logits, as in the bf16 bench above."), "",
+        f"**Cost curve** after a {c['prefix_len']}-token prefix, median of {c['repeats']}: "
+        + ", ".join(f"c({n}) {ms[n]:,.0f} ms" for n in shown_ns[:1])
+        + "; c(n)/c(1) " + ", ".join(f"n={n}: {rel[n]:.2f}" for n in shown_ns[1:])
+        + f". Up to n = {flat} c(n)/c(1) stays under 1.25: a forward of that many tokens reads "
+        f"the same {m['bytes'] / 1e9:.1f} GB of weights as a forward of one and costs about as much "
+        "(memory-bound); "
+        "beyond it the arithmetic shows, as it does from 2 tokens on for the 135M target.", "",
+        f"**Export** in the authors' layouts: " + "; ".join(
+            f"{k}: {', '.join(files)}" for k, files in r["export"].items()) + ".", "",
+        source(REHEARSAL, r), ""]
+
+
 def results_markdown(root=".") -> str:
     f = Files(root)
     parts = [["# Results", "",
@@ -358,7 +428,7 @@ def results_markdown(root=".") -> str:
               "[glossary](notebooks/GLOSSARY.md).", ""],
              cost_section(f), head_section(f), equal_tokens_section(f), claims_section(f),
              ablation_section(f),
-             bench_section(f), lossless_section(f), plan_section()]
+             bench_section(f), lossless_section(f), plan_section(), rehearsal_section(f)]
     return "\n".join(line for part in parts for line in part).rstrip("\n") + "\n"
 
 

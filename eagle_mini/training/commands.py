@@ -111,18 +111,25 @@ def resolve_precision(args, device, log=print):
 
 def training_head(args, target):
     """train-head's head before training: `--init`'s (and its metadata) or a new one of `--kind`,
-    draft vocabulary and seed. -> (head attached to `target`, fp32; the prior metadata or {})."""
+    draft vocabulary and seed. -> (head attached to `target`, its weights in fp32 whatever the
+    target's dtype; the prior metadata or {}).
+
+    fp32 master weights, as the authors train (accelerate / DeepSpeed bf16 keep them in fp32):
+    attaching to a bf16 target casts a head to bf16, and AdamW on bf16 weights drops every update
+    smaller than half a bf16 step of the weight. The shared embedding and lm_head stay the target's;
+    `--mixed-precision bf16` runs the matmuls in bf16. The 7B rehearsal found the bf16 head."""
     if args.init:
         from ..heads import load_head
-        head = load_head(args.init, target).float()
-        head.attach(target)
-        return head, getattr(head, "meta", {})
+        head = load_head(args.init, target)
+        return head.float(), getattr(head, "meta", {})
     vocab = frequent_tokens(target, args.draft_vocab) if args.draft_vocab else None
     if getattr(args, "kind", "eagle1") == "eagle3":
         from ..eagle3 import new_eagle3_head
-        return new_eagle3_head(target, seed=args.seed, draft_vocab=vocab,
-                               warm_start=getattr(args, "lm_head_init", "random") == "target"), {}
-    return new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias), {}
+        head = new_eagle3_head(target, seed=args.seed, draft_vocab=vocab,
+                               warm_start=getattr(args, "lm_head_init", "random") == "target")
+    else:
+        head = new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias)
+    return head.float(), {}
 
 
 def train_command(args, target, log=print) -> dict:

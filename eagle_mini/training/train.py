@@ -64,7 +64,7 @@ class TrainConfig:
 
 def _step_sums(pred, f_out, weight, lm):
     """One draft step's loss parts, summed over weighted positions: (reg, cls, correct, count).
-    In fp32 whatever the head's dtype (a head attached to a bf16 target is bf16)."""
+    In fp32 whatever the dtype of the head's output (bf16 under autocast)."""
     pred = pred.float()
     reg = (F.smooth_l1_loss(pred, f_out, reduction="none").mean(-1) * weight).sum()
     with torch.no_grad():
