@@ -378,7 +378,10 @@ def rehearsal_section(f: Files) -> list[str]:
     rel = dict(zip(c["ns"], c["relative"]))
     ms = dict(zip(c["ns"], c["median_ms"]))
     shown_ns = [n for n in (1, 2, 8, 16, 32, 64) if n in rel]
-    flat = max(n for n in c["ns"] if all(rel[k] < 1.25 for k in c["ns"] if k <= n))
+    def flat_until(curve):   # the largest n up to which c(n)/c(1) stays under 1.25
+        r = dict(zip(curve["ns"], curve["relative"]))
+        return max(n for n in curve["ns"] if all(r[k] < 1.25 for k in curve["ns"] if k <= n))
+    flat, flat_small = flat_until(c), flat_until(f.json(COST))
     return title + [
         r["what"], "",
         f"Machine: {r['machine']['cpu']} (family/model {r['machine'].get('cpu_family_model', '?')}; "
@@ -411,7 +414,8 @@ def rehearsal_section(f: Files) -> list[str]:
         + f". Up to n = {flat} c(n)/c(1) stays under 1.25: a forward of that many tokens reads "
         f"the same {m['bytes'] / 1e9:.1f} GB of weights as a forward of one and costs about as much "
         "(memory-bound); "
-        "beyond it the arithmetic shows, as it does from 2 tokens on for the 135M target.", "",
+        f"beyond it the arithmetic shows. The 135M target's fp32 curve at the top of this file "
+        f"stays under 1.25 only up to n = {flat_small}.", "",
         f"**Export** in the authors' layouts: " + "; ".join(
             f"{k}: {', '.join(files)}" for k, files in r["export"].items()) + ".", "",
         source(REHEARSAL, r), ""]
