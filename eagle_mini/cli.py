@@ -144,7 +144,9 @@ def build_parser() -> Parser:
     t.add_argument("--steps", type=positive_int, default=1000)
     t.add_argument("--stop-after", type=positive_int, default=None,
                    help="do at most this many steps now (resume later with the same command)")
-    t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--lr", type=float, default=None,
+                   help="peak learning rate (default: the 135M head's 3e-3 scaled by 576 / the "
+                        "target's hidden size, `training.train.default_lr`)")
     t.add_argument("--warmup", type=int, default=50)
     t.add_argument("--batch-tokens", type=positive_int, default=4096)
     t.add_argument("--max-len", type=positive_int, default=1024)

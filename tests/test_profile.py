@@ -25,3 +25,11 @@ def test_op_names_map_to_families_by_their_base_name():
     assert op_family("aten::unsqueeze") == "copies and cache"
     assert op_family("aten::tril") == "mask and positions"
     assert op_family("ProfilerStep#1") == "other ops"
+
+
+def test_cheap_until_stops_at_the_first_n_over_the_limit_even_if_a_later_one_dips_back():
+    from eagle_mini.measure.profile import CHEAP, cheap_until
+    curve = {"ns": [1, 2, 4, 8, 16], "relative": [1.0, 0.9, 1.3, 1.1, 2.0]}
+    assert cheap_until(curve) == 2                     # n = 8 dips under 1.25 but n = 4 did not
+    assert cheap_until(curve, limit=1.35) == 8
+    assert cheap_until({"ns": [1, 2], "relative": [1.0, CHEAP]}) == 1   # the limit itself is not cheap

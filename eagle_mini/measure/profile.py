@@ -85,6 +85,19 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
     return out
 
 
+CHEAP = 1.25  # a forward of n tokens "costs about one forward" while c(n)/c(1) stays under this
+
+
+def cheap_until(curve: dict, limit: float = CHEAP) -> int:
+    """The largest n of a `cost_curve` such that c(k)/c(1) < limit for every measured k <= n.
+
+    This is the number of tokens a verification forward can carry almost for free: the width a
+    draft tree may have before the target's cost grows with it (EAGLE section 4's trade-off).
+    """
+    rel = dict(zip(curve["ns"], curve["relative"]))
+    return max(n for n in curve["ns"] if all(rel[k] < limit for k in curve["ns"] if k <= n))
+
+
 # Op families of a Llama forward, by the op's name without its namespace ("aten::mm" -> "mm").
 OP_FAMILIES = {
     "matmul": {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_mkl_linear"},

@@ -55,8 +55,8 @@ class Sizes:
     max_len: int = 192         # their tokens at most (dump, train, eval): a few hundred in all
     steps: int = 4             # train-head: one conversation per optimizer step
     stop_after: int = 2        # the first call stops here; the same command then finishes
-    lr: float = 3e-4           # notebook 03's 7B rate; the CLI's 3e-3 suits the 135M head, and at
-    #                            7B shape it diverged within 4 steps (loss 1.6 -> 699, first run)
+    lr: float = 3e-4           # notebook 03's 7B rate; the 135M head's 3e-3 diverged at 7B shape
+    #                            within 4 steps (loss 1.6 -> 699, first run), hence default_lr
     draft_vocab: int = 8192    # EAGLE-3 head's draft vocabulary (0: the whole vocabulary)
     eval_text: int = 1         # eval-head: teacher-forced test conversations
     eval_prompts: int = 2      # eval-head: MT-bench first turns decoded with EAGLE-2

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import EagleMiniError
+from .profile import CHEAP, cheap_until
 
 COMMAND = "python -m eagle_mini results-md"
 RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
@@ -378,10 +379,7 @@ def rehearsal_section(f: Files) -> list[str]:
     rel = dict(zip(c["ns"], c["relative"]))
     ms = dict(zip(c["ns"], c["median_ms"]))
     shown_ns = [n for n in (1, 2, 8, 16, 32, 64) if n in rel]
-    def flat_until(curve):   # the largest n up to which c(n)/c(1) stays under 1.25
-        r = dict(zip(curve["ns"], curve["relative"]))
-        return max(n for n in curve["ns"] if all(r[k] < 1.25 for k in curve["ns"] if k <= n))
-    flat, flat_small = flat_until(c), flat_until(f.json(COST))
+    flat, flat_small = cheap_until(c), cheap_until(f.json(COST))
     return title + [
         r["what"], "",
         f"Machine: {r['machine']['cpu']} (family/model {r['machine'].get('cpu_family_model', '?')}; "
@@ -411,11 +409,11 @@ def rehearsal_section(f: Files) -> list[str]:
         f"**Cost curve** after a {c['prefix_len']}-token prefix, median of {c['repeats']}: "
         + ", ".join(f"c({n}) {ms[n]:,.0f} ms" for n in shown_ns[:1])
         + "; c(n)/c(1) " + ", ".join(f"n={n}: {rel[n]:.2f}" for n in shown_ns[1:])
-        + f". Up to n = {flat} c(n)/c(1) stays under 1.25: a forward of that many tokens reads "
+        + f". Up to n = {flat} c(n)/c(1) stays under {CHEAP}: a forward of that many tokens reads "
         f"the same {m['bytes'] / 1e9:.1f} GB of weights as a forward of one and costs about as much "
         "(memory-bound); "
         f"beyond it the arithmetic shows. The 135M target's fp32 curve at the top of this file "
-        f"stays under 1.25 only up to n = {flat_small}.", "",
+        f"stays under {CHEAP} only up to n = {flat_small}.", "",
         f"**Export** in the authors' layouts: " + "; ".join(
             f"{k}: {', '.join(files)}" for k, files in r["export"].items()) + ".", "",
         source(REHEARSAL, r), ""]

@@ -20,7 +20,7 @@ from ..errors import EagleMiniError
 from .features import target_fingerprint
 from ..head import DraftHead, new_head
 from .sources import DumpSource, MixedSource, StreamingSource
-from .train import TrainConfig, evaluate_head, train_head
+from .train import TrainConfig, default_lr, evaluate_head, train_head
 
 
 def frequent_tokens(target, n: int, conversations: int = 2000) -> list[int]:
@@ -138,7 +138,12 @@ def train_command(args, target, log=print) -> dict:
         raise EagleMiniError("--mix-sharegpt goes with --regenerated: it mixes ShareGPT's own "
                              "replies into the target's")
     args.mixed_precision, args.feature_dtype = resolve_precision(args, target.device.type, log)
-    cfg = TrainConfig(lr=args.lr, steps=args.steps, warmup_steps=args.warmup,
+    lr = args.lr
+    if lr is None:
+        lr = default_lr(target.hidden_size)
+        log(f"lr {lr:.2g} for hidden size {target.hidden_size} (training.train.default_lr; "
+            "--lr sets it)")
+    cfg = TrainConfig(lr=lr, steps=args.steps, warmup_steps=args.warmup,
                       batch_tokens=args.batch_tokens, max_len=args.max_len, seed=args.seed,
                       ckpt_every=args.ckpt_every, log_every=args.log_every,
                       eval_every=args.eval_every, ce_vocab=args.ce_vocab,

@@ -37,6 +37,22 @@ from .chains import (chain_acceptance, loss_mask_positions, reading_ids,  # noqa
 from .sources import DumpSource, MixedSource, StreamingSource  # noqa: F401
 
 
+TUNED_LR, TUNED_WIDTH = 3e-3, 576   # the shipped SmolLM2-135M head's rate, at its hidden size
+
+
+def default_lr(hidden_size: int) -> float:
+    """`train-head`'s learning rate when `--lr` is not given: the rate tuned on the 135M target,
+    scaled by TUNED_WIDTH / hidden_size for wider targets, Adam's rule for a hidden matrix as the
+    width grows (muP, Yang et al. 2022). At a 7B's width 4096 this gives 4.2e-4; the 7B rehearsal
+    diverged at the 135M rate (loss 1.6 -> 699 in 4 steps) and trained at 3e-4. Narrower targets
+    (the tests' tiny models) keep the tuned rate: nothing was tried above it.
+
+    >>> default_lr(576), round(default_lr(4096), 6), default_lr(64)
+    (0.003, 0.000422, 0.003)
+    """
+    return TUNED_LR * min(1.0, TUNED_WIDTH / hidden_size)
+
+
 @dataclass
 class TrainConfig:
     lr: float = 3e-3            # the paper's 3e-5 is for 68k dialogues x 20 epochs on a 7B target
