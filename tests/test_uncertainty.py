@@ -124,6 +124,7 @@ def test_result_json_schema(result):
             assert [sum(c[k][0] for c in s["val_counts"]) for k in (0, 1)] == \
                 [s["epochs"][-1]["counts"][k][0] for k in (0, 1)]
             assert len(s["decode"]["per_prompt"]) == 2 and s["decode"]["tau"] >= 1
+            assert s["machine"]["cpu"] and s["machine"]["threads"]   # heads may train on other CPUs
         # the two seeds start and train differently
         assert v["seeds"][0]["epochs"][0]["train_loss"] != v["seeds"][1]["epochs"][0]["train_loss"]
     for metric in ("top1", "alpha1", "tau"):

@@ -145,6 +145,7 @@ def train_variant(target, variant, batches, val_rows, cfg: AblationConfig, work:
     """Train one head of the ablation with one seed (resumable), evaluate it after every epoch and
     per validation conversation at the end, save it."""
     from ..head import DraftHead, new_head
+    from ..results import machine_info
     from ..training.train import TrainConfig, acceptance_counts, evaluate_head, train_head
     aligned = [training_rows(b, variant) for b in batches]  # what this head's trainer reads
     head = new_head(target, seed=seed, draft_vocab=draft_vocab, input_mode=variant.input_mode)
@@ -171,7 +172,8 @@ def train_variant(target, variant, batches, val_rows, cfg: AblationConfig, work:
             "val_counts": acceptance_counts(head.eval(), val_rows, cfg.alpha_steps,
                                             variant.token_shift),
             "train_seconds": result["state"]["seconds"], "tokens_seen": result["state"]["tokens_seen"],
-            "wall_seconds_this_session": time.perf_counter() - t0}
+            "wall_seconds_this_session": time.perf_counter() - t0,
+            "machine": machine_info()}   # sittings may run on other CPUs: each head says where
 
 
 def decode_tau(target, head, variant, prompts, max_new_tokens: int, tree,
