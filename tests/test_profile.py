@@ -24,6 +24,7 @@ def test_op_names_map_to_families_by_their_base_name():
     assert op_family("aten::select") == "copies and cache"   # not "le" or "eq" by substring
     assert op_family("aten::unsqueeze") == "copies and cache"
     assert op_family("aten::tril") == "mask and positions"
+    assert op_family("aten::_scaled_dot_product_flash_attention_for_cpu_backward") == "attention"
     assert op_family("ProfilerStep#1") == "other ops"
 
 

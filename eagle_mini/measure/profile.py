@@ -102,7 +102,8 @@ def cheap_until(curve: dict, limit: float = CHEAP) -> int:
 OP_FAMILIES = {
     "matmul": {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_mkl_linear"},
     "attention": {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-                  "_scaled_dot_product_flash_attention_for_cpu", "softmax", "_softmax",
+                  "_scaled_dot_product_flash_attention_for_cpu",
+                  "_scaled_dot_product_flash_attention_for_cpu_backward", "softmax", "_softmax",
                   "_safe_softmax"},
     "mask and positions": {"tril", "triu", "where", "arange", "index", "index_put_", "masked_fill",
                            "masked_fill_", "logical_not", "logical_and", "logical_or", "eq", "ne",

@@ -1,0 +1,91 @@
+"""Where an EAGLE-3 training step spends its time, before anything about it is changed.
+
+On the same streamed batches of ShareGPT train conversations (about `--batch-tokens` each):
+featurizing the three layers with the fp32 target and with a bf16 copy
+(`training.commands.featurizer`), then the training-time test (`training.eagle3.ttt_loss`, unrolled
+`--unroll` steps) forward and backward in fp32 and under bf16 autocast, and the torch profiler's
+split of one fp32 forward + backward by op family (attention is where the unrolled steps' masks
+grow as (k + 1) n keys per step).
+
+    python scripts/probe_eagle3_step.py --batches 2 --unroll 5 --threads 2
+
+Timings are this machine's, side by side in one process, with nothing else running: compare them
+as ratios. EXPERIMENTS.md quotes this probe.
+"""
+import argparse
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from eagle_mini.eagle3 import new_eagle3_head
+from eagle_mini.measure.profile import op_family
+from eagle_mini.models import load_target
+from eagle_mini.results import machine_info
+from eagle_mini.training.commands import featurizer, frequent_tokens
+from eagle_mini.training.eagle3 import ttt_loss
+from eagle_mini.training.sources import StreamingSource
+from eagle_mini.training.train import pad_batch, pad_layers
+
+
+def fwd_bwd(head, layers, feats, ids, mask, unroll, amp):
+    head.zero_grad()
+    t0 = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        loss, _ = ttt_loss(head, layers, feats, ids, mask, steps=unroll)
+    t1 = time.perf_counter()
+    loss.backward()
+    return t1 - t0, time.perf_counter() - t1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batches", type=int, default=2)
+    ap.add_argument("--batch-tokens", type=int, default=4096)
+    ap.add_argument("--unroll", type=int, default=5)
+    ap.add_argument("--draft-vocab", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    m = machine_info()
+    print(f"machine: {m['cpu']} (family/model {m.get('cpu_family_model', '?')}), "
+          f"{args.threads} threads; unroll {args.unroll}, draft vocabulary {args.draft_vocab}")
+    target = load_target("smollm2-135m")
+    for p in target.model.parameters():
+        p.requires_grad_(False)
+    head = new_eagle3_head(target, seed=0, draft_vocab=frequent_tokens(target, args.draft_vocab),
+                           warm_start=False)   # the authors' random lm_head, as train-head makes it
+    head = head.float()
+    copy = featurizer(target, "bf16")
+    source = StreamingSource(target, "train", max_len=1024, layers=head.aux_layers)
+    for b in range(args.batches):
+        picked = source.take(args.batch_tokens)
+        n = sum(len(e.input_ids) for e in picked)
+        t0 = time.perf_counter()
+        rows = source.materialize(picked)
+        t1 = time.perf_counter()
+        StreamingSource(copy, "train", data=source.data, layers=head.aux_layers).materialize(picked)
+        t2 = time.perf_counter()
+        ids, feats, mask = pad_batch(rows, "cpu")
+        layers = pad_layers(rows, "cpu")
+        cells = []
+        for amp in (False, True):
+            f, bw = fwd_bwd(head, layers, feats, ids, mask, args.unroll, amp)
+            cells.append(f"{'bf16 autocast' if amp else 'fp32'}: forward {f:.2f} s, backward "
+                         f"{bw:.2f} s, {n / (f + bw):.0f} tok/s")
+        print(f"batch {b}: {n} tokens in {len(picked)} conversations; featurize fp32 {t1 - t0:.2f} s "
+              f"({n / (t1 - t0):.0f} tok/s), bf16 copy {t2 - t1:.2f} s ({n / (t2 - t1):.0f} tok/s)")
+        print("         ttt " + "; ".join(cells))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fwd_bwd(head, layers, feats, ids, mask, args.unroll, False)
+    families = {}
+    for e in prof.key_averages():
+        families[op_family(e.key)] = families.get(op_family(e.key), 0) + e.self_cpu_time_total
+    total = sum(families.values())
+    print("fp32 forward + backward of the last batch, self CPU time by op family: " + ", ".join(
+        f"{k} {v / total:.0%}" for k, v in sorted(families.items(), key=lambda kv: -kv[1])))
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+
+
+if __name__ == "__main__":
+    main()
