@@ -3,9 +3,9 @@
 On the same streamed batches of ShareGPT train conversations (about `--batch-tokens` each):
 featurizing the three layers with the fp32 target and with a bf16 copy
 (`training.commands.featurizer`), then the training-time test (`training.eagle3.ttt_loss`, unrolled
-`--unroll` steps) forward and backward in fp32 and under bf16 autocast, and the torch profiler's
-split of one fp32 forward + backward by op family (attention is where the unrolled steps' masks
-grow as (k + 1) n keys per step).
+`--unroll` steps) forward and backward in fp32 and under bf16 autocast, each with the dense chain
+mask and with `chains.chain_attention`, and the torch profiler's split of one fp32 forward +
+backward by op family for both (with the dense mask, pass k scores (k + 1) n keys per query).
 
     python scripts/probe_eagle3_step.py --batches 2 --unroll 5 --threads 2
 
@@ -13,6 +13,7 @@ Timings are this machine's, side by side in one process, with nothing else runni
 as ratios. EXPERIMENTS.md quotes this probe.
 """
 import argparse
+import functools
 import time
 
 import torch
@@ -23,18 +24,25 @@ from eagle_mini.measure.profile import op_family
 from eagle_mini.models import load_target
 from eagle_mini.results import machine_info
 from eagle_mini.training.commands import featurizer, frequent_tokens
-from eagle_mini.training.eagle3 import ttt_loss
+import eagle_mini.training.eagle3 as ttt
 from eagle_mini.training.sources import StreamingSource
 from eagle_mini.training.train import pad_batch, pad_layers
 
 
-def fwd_bwd(head, layers, feats, ids, mask, unroll, amp):
+def fwd_bwd(head, layers, feats, ids, mask, unroll, amp, dense=False):
+    """(forward s, backward s) of the training-time test; dense: attend through the dense chain
+    mask instead of `chains.chain_attention`."""
     head.zero_grad()
-    t0 = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-        loss, _ = ttt_loss(head, layers, feats, ids, mask, steps=unroll)
-    t1 = time.perf_counter()
-    loss.backward()
+    original = ttt.unrolled_predictions
+    ttt.unrolled_predictions = functools.partial(original, dense=dense)
+    try:
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss, _ = ttt.ttt_loss(head, layers, feats, ids, mask, steps=unroll)
+        t1 = time.perf_counter()
+        loss.backward()
+    finally:
+        ttt.unrolled_predictions = original
     return t1 - t0, time.perf_counter() - t1
 
 
@@ -69,22 +77,25 @@ def main():
         ids, feats, mask = pad_batch(rows, "cpu")
         layers = pad_layers(rows, "cpu")
         cells = []
-        for amp in (False, True):
-            f, bw = fwd_bwd(head, layers, feats, ids, mask, args.unroll, amp)
-            cells.append(f"{'bf16 autocast' if amp else 'fp32'}: forward {f:.2f} s, backward "
-                         f"{bw:.2f} s, {n / (f + bw):.0f} tok/s")
+        for amp, dense in ((False, True), (False, False), (True, True), (True, False)):
+            f, bw = fwd_bwd(head, layers, feats, ids, mask, args.unroll, amp, dense)
+            cells.append(f"{'bf16 autocast' if amp else 'fp32'}, {'dense mask' if dense else 'chain'}"
+                         f" attention: forward {f:.2f} s, backward {bw:.2f} s, "
+                         f"{n / (f + bw):.0f} tok/s")
         print(f"batch {b}: {n} tokens in {len(picked)} conversations; featurize fp32 {t1 - t0:.2f} s "
               f"({n / (t1 - t0):.0f} tok/s), bf16 copy {t2 - t1:.2f} s ({n / (t2 - t1):.0f} tok/s)")
-        print("         ttt " + "; ".join(cells))
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fwd_bwd(head, layers, feats, ids, mask, args.unroll, False)
-    families = {}
-    for e in prof.key_averages():
-        families[op_family(e.key)] = families.get(op_family(e.key), 0) + e.self_cpu_time_total
-    total = sum(families.values())
-    print("fp32 forward + backward of the last batch, self CPU time by op family: " + ", ".join(
-        f"{k} {v / total:.0%}" for k, v in sorted(families.items(), key=lambda kv: -kv[1])))
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+        print("\n".join("         ttt " + c for c in cells))
+    for dense in (True, False):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fwd_bwd(head, layers, feats, ids, mask, args.unroll, False, dense)
+        families = {}
+        for e in prof.key_averages():
+            families[op_family(e.key)] = families.get(op_family(e.key), 0) + e.self_cpu_time_total
+        total = sum(families.values())
+        print(f"fp32 forward + backward of the last batch, {'dense mask' if dense else 'chain'} "
+              "attention, self CPU time by op family: " + ", ".join(
+                  f"{k} {v / total:.0%}" for k, v in sorted(families.items(), key=lambda kv: -kv[1])))
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
 
 
 if __name__ == "__main__":

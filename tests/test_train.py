@@ -307,3 +307,31 @@ def test_streaming_wraps_into_a_new_epoch_only_when_asked(smollm):
                 src.take(10_000)
             continue
         assert [e.index for e in src.take(1)] == [0] and src.cursor == 1
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_chain_attention_equals_the_dense_chain_mask_forward_and_backward(family, kind):
+    """`chain_attention` (n^2 + kn scores per pass) against attention through the dense
+    n x (k+1)n mask: the same drafts and the same gradients, grouped-query heads included."""
+    from eagle_mini.eagle3 import new_eagle3_head
+    target = tiny_target(family, seed=0, vocab_size=64, num_hidden_layers=4)
+    examples = make_examples(1, length=20)
+    layers = (2, 2, 1) if kind == "eagle3" else None
+    row = compute_features(target, examples, layers=layers)[0]
+    head = (new_eagle3_head(target, seed=1, layers=layers) if kind == "eagle3"
+            else new_head(target, seed=1))
+    x = (row["layers"] if kind == "eagle3" else row["features"]).float()[None]
+    grads = []
+    for dense in (True, False):
+        head.zero_grad()
+        preds = unrolled_predictions(head, x, row["input_ids"][None], 4, dense=dense)
+        sum((p * torch.linspace(-1, 1, p.numel()).view_as(p)).sum() for p in preds).backward()
+        grads.append({n: q.grad.clone() for n, q in head.named_parameters() if q.grad is not None})
+        if dense:
+            reference = [p.detach() for p in preds]
+    for p, r in zip(preds, reference):
+        torch.testing.assert_close(p.detach(), r, atol=1e-5, rtol=1e-4)
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-5, rtol=1e-4)

@@ -3,10 +3,65 @@
 Both training losses and the teacher-forced n-alpha read these: `unrolled_predictions` makes the
 chains, `chain_acceptance` counts how far they would be accepted, `loss_mask_positions` says which
 positions count and `reading_ids` which token each position reads.
+
+Unrolled pass k attends over a cache of k + 1 blocks of n entries, but each query sees only the
+true entries 0..j-k of block 0 and one entry of each later block, its own chain. A dense mask
+makes attention cost (k + 1) n^2 per pass; `chain_attention` scores the true block as one n x n
+product and the chain as k dot products per query, n^2 + kn, as the authors' training code does.
+Over the unrolled passes this takes (K + 1)(K + 2)/2 n^2 down to about K n^2: on SmolLM2-135M
+with K = 5 attention was 29% of a training step's forward and backward with the dense mask
+(`scripts/probe_eagle3_step.py`).
 """
+from contextlib import contextmanager, nullcontext
+
 import torch
+from transformers import AttentionInterface
 
 from ..errors import EagleMiniError
+
+CHAIN_ATTENTION = "eagle_mini_chain"
+
+
+def chain_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0,
+                    **kwargs):
+    """Attention of unrolled pass k, exactly as the dense chain mask of `unrolled_predictions`
+    would give it, without scoring the masked-out entries. A Hugging Face attention function
+    (registered as CHAIN_ATTENTION; `attention_mask` is not read: the layout says it all).
+
+    query: [b, h, n, d]; key, value: [b, h_kv, (k + 1) n, d], blocks of n: block 0 the true
+    entries, block m pass m's. Query j reads block 0's entries 0..j-k and entry j-k+m of block m
+    (clamped at 0, rows j < k are unused). -> ([b, n, h, d], None).
+    """
+    n = query.shape[-2]
+    k = key.shape[-2] // n - 1
+    groups = query.shape[1] // key.shape[1]           # grouped-query attention: share kv heads
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    j = torch.arange(n, device=query.device)
+    true = (query @ key[..., :n, :].transpose(-1, -2)) * scaling                    # [b, h, n, n]
+    true = true.masked_fill(j[None, :] > j[:, None] - k, float("-inf"))
+    at = torch.stack([(j - k + m).clamp(min=0) + m * n for m in range(1, k + 1)], 1)  # [n, k]
+    chain_k, chain_v = key[..., at, :], value[..., at, :]                     # [b, h, n, k, d]
+    chain = (query.unsqueeze(-2) * chain_k).sum(-1) * scaling                       # [b, h, n, k]
+    p = torch.cat([true, chain], -1).float().softmax(-1).to(query.dtype)
+    out = p[..., :n] @ value[..., :n, :] + (p[..., n:].unsqueeze(-1) * chain_v).sum(-2)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(CHAIN_ATTENTION, chain_attention)
+
+
+@contextmanager
+def _chain_layout(head):
+    """While inside, the head's attention is `chain_attention` (its layer config is shared by
+    its attention module, which looks the function up on every call)."""
+    cfg = getattr(head, "module", head).layer_config
+    before = cfg._attn_implementation
+    cfg._attn_implementation = CHAIN_ATTENTION
+    try:
+        yield
+    finally:
+        cfg._attn_implementation = before
 
 
 def loss_mask_positions(loss_mask: torch.Tensor) -> torch.Tensor:
@@ -27,7 +82,7 @@ def reading_ids(input_ids: torch.Tensor, token_shift: int = 1) -> torch.Tensor:
     return input_ids if token_shift else torch.cat([input_ids[:, :1], input_ids[:, :-1]], dim=1)
 
 
-def unrolled_predictions(head, features, input_ids, steps: int = 4):
+def unrolled_predictions(head, features, input_ids, steps: int = 4, dense: bool = False):
     """Chain drafts from every position at once, as decoding would make them (EAGLE §3.1).
 
     Pass 0 reads true features: entry j = (f_j, t_{j+1}). Pass k reads pass k-1's prediction:
@@ -36,6 +91,8 @@ def unrolled_predictions(head, features, input_ids, steps: int = 4):
     started at position j-k. Each pass is one forward appended to the same cache with that mask
     (EAGLE-3's "training-time test" unrolls drafting the same way).
     features: [1, T, H], input_ids: [1, T] -> list of `steps` tensors [T-1, H].
+    dense: attend through the dense mask (the reference `chain_attention` is tested against)
+    instead of `chain_attention`.
     """
     f, tok = features[0, :-1].float(), input_ids[0, 1:]
     n = f.shape[0]
@@ -48,7 +105,8 @@ def unrolled_predictions(head, features, input_ids, steps: int = 4):
         mask[:, :n] = j[None, :] <= (j[:, None] - k)               # true entries 0..j-k
         for m in range(1, k + 1):                                   # the chain, self included
             mask[j, m * n + (j - k + m).clamp(min=0)] = True
-        preds.append(head(prev[None], tok[None], cache=cache, positions=j, tree_mask=mask)[0])
+        with _chain_layout(head) if not dense else nullcontext():
+            preds.append(head(prev[None], tok[None], cache=cache, positions=j, tree_mask=mask)[0])
     return preds
 
 
