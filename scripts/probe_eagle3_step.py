@@ -82,8 +82,14 @@ def main():
             cells.append(f"{'bf16 autocast' if amp else 'fp32'}, {'dense mask' if dense else 'chain'}"
                          f" attention: forward {f:.2f} s, backward {bw:.2f} s, "
                          f"{n / (f + bw):.0f} tok/s")
+        t3 = time.perf_counter()
+        with torch.no_grad():   # ttt_loss's labels: the target's logits over its whole vocabulary
+            for r in range(feats.shape[0]):
+                (feats[r].float() @ head._shared["target_lm_head"].float().T).argmax(-1)
+        t4 = time.perf_counter()
         print(f"batch {b}: {n} tokens in {len(picked)} conversations; featurize fp32 {t1 - t0:.2f} s "
-              f"({n / (t1 - t0):.0f} tok/s), bf16 copy {t2 - t1:.2f} s ({n / (t2 - t1):.0f} tok/s)")
+              f"({n / (t1 - t0):.0f} tok/s), bf16 copy {t2 - t1:.2f} s ({n / (t2 - t1):.0f} tok/s); "
+              f"of ttt's forward, the labels' full-vocabulary logits take {t4 - t3:.2f} s")
         print("\n".join("         ttt " + c for c in cells))
     for dense in (True, False):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
