@@ -84,8 +84,9 @@ def main():
                          f"{n / (f + bw):.0f} tok/s")
         t3 = time.perf_counter()
         with torch.no_grad():   # ttt_loss's labels: the target's logits over its whole vocabulary
-            for r in range(feats.shape[0]):
-                (feats[r].float() @ head._shared["target_lm_head"].float().T).argmax(-1)
+            for r in range(feats.shape[0]):  # at the positions that count (assistant tokens)
+                at = mask[r, 1:].nonzero()[:, 0]
+                (feats[r, 1:][at].float() @ head._shared["target_lm_head"].float().T).argmax(-1)
         t4 = time.perf_counter()
         print(f"batch {b}: {n} tokens in {len(picked)} conversations; featurize fp32 {t1 - t0:.2f} s "
               f"({n / (t1 - t0):.0f} tok/s), bf16 copy {t2 - t1:.2f} s ({n / (t2 - t1):.0f} tok/s); "

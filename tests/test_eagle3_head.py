@@ -123,9 +123,9 @@ def tiny_rows():
     target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4)
     g = torch.Generator().manual_seed(0)
     examples = []
-    for n in (9, 12):
-        ids = torch.randint(64, (n,), generator=g).tolist()
-        examples.append(Example(ids, [0, 0, 0] + [1] * (n - 3)))
+    for mask in ([0] + [1] * 8, [0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1]):  # from entry 0; a user turn
+        ids = torch.randint(64, (len(mask),), generator=g).tolist()
+        examples.append(Example(ids, mask))
     return target, compute_features(target, examples, layers=aux_layers(4))
 
 

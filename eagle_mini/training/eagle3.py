@@ -39,18 +39,18 @@ def ttt_loss(head, layers, features, input_ids, loss_mask, steps: int = 7, decay
     for b in range(input_ids.shape[0]):
         if not weight[b].any():
             continue
-        last = int(weight[b].nonzero().max()) + 1  # entries past the last assistant token: unused
+        at = weight[b].nonzero()[:, 0]   # the positions that count: all of the loss, and the only
+        last = int(at.max()) + 1         # ones worth a vocabulary-wide product (labels, lm_head)
         with torch.no_grad():
-            logits = features[b, 1:last + 1].float() @ target_lm.float().T   # target at j + 1
+            logits = features[b, 1:last + 1][at].float() @ target_lm.float().T  # target at j + 1
             best = logits.argmax(-1)
             p = logits[:, d2t].softmax(-1)
             in_draft = t2d[best].float()
         preds = unrolled_predictions(head, layers[b:b + 1, :last + 1], input_ids[b:b + 1, :last + 1],
                                      steps)
         for k, pred in enumerate(preds):
-            w = weight[b, :last].clone()
-            w[:k] = 0  # chains that would start before the sequence
-            draft = inner.draft_logits(pred).float()
+            w = weight[b, at] * (at >= k)  # a chain k steps long has its root at entry >= 0
+            draft = inner.draft_logits(pred[at]).float()
             ce = -(p * draft.log_softmax(-1)).sum(-1)
             ce_terms[k].append((ce * w * in_draft).sum())
             with torch.no_grad():
