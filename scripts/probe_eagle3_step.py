@@ -27,6 +27,7 @@ from eagle_mini.training.commands import featurizer, frequent_tokens
 import eagle_mini.training.eagle3 as ttt
 from eagle_mini.training.sources import StreamingSource
 from eagle_mini.training.train import pad_batch, pad_layers
+from probe_training_speed import featurize_both   # scripts/ is on a script's path
 
 
 def fwd_bwd(head, layers, feats, ids, mask, unroll, amp, dense=False):
@@ -69,11 +70,7 @@ def main():
     for b in range(args.batches):
         picked = source.take(args.batch_tokens)
         n = sum(len(e.input_ids) for e in picked)
-        t0 = time.perf_counter()
-        rows = source.materialize(picked)
-        t1 = time.perf_counter()
-        StreamingSource(copy, "train", data=source.data, layers=head.aux_layers).materialize(picked)
-        t2 = time.perf_counter()
+        rows, _, s32, s16 = featurize_both(source, copy, picked)
         ids, feats, mask = pad_batch(rows, "cpu")
         layers = pad_layers(rows, "cpu")
         cells = []
@@ -88,8 +85,8 @@ def main():
                 at = mask[r, 1:].nonzero()[:, 0]
                 (feats[r, 1:][at].float() @ head._shared["target_lm_head"].float().T).argmax(-1)
         t4 = time.perf_counter()
-        print(f"batch {b}: {n} tokens in {len(picked)} conversations; featurize fp32 {t1 - t0:.2f} s "
-              f"({n / (t1 - t0):.0f} tok/s), bf16 copy {t2 - t1:.2f} s ({n / (t2 - t1):.0f} tok/s); "
+        print(f"batch {b}: {n} tokens in {len(picked)} conversations; featurize fp32 {s32:.2f} s "
+              f"({n / s32:.0f} tok/s), bf16 copy {s16:.2f} s ({n / s16:.0f} tok/s); "
               f"of ttt's forward, the labels' full-vocabulary logits take {t4 - t3:.2f} s")
         print("\n".join("         ttt " + c for c in cells))
     for dense in (True, False):

@@ -21,6 +21,17 @@ from eagle_mini.training.commands import featurizer
 from eagle_mini.training.train import StreamingSource, eagle_loss, pad_batch
 
 
+def featurize_both(source, copy, picked):
+    """The picked examples featurized by `source`'s target and by `copy` (another dtype), each
+    timed: -> (rows, rows of the copy, seconds, seconds of the copy)."""
+    t0 = time.perf_counter()
+    rows = source.materialize(picked)
+    t1 = time.perf_counter()
+    other = StreamingSource(copy, source.split, data=source.data, layers=source.layers)
+    rows_copy = other.materialize(picked)
+    return rows, rows_copy, t1 - t0, time.perf_counter() - t1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batches", type=int, default=3)
@@ -40,17 +51,13 @@ def main():
     for b in range(args.batches):
         picked = source.take(args.batch_tokens)
         n = sum(len(e.input_ids) for e in picked)
-        t0 = time.perf_counter()
-        f32 = source.materialize(picked)
-        t1 = time.perf_counter()
-        f16 = StreamingSource(copy, "train", data=source.data).materialize(picked)
-        t2 = time.perf_counter()
+        f32, f16, s32, s16 = featurize_both(source, copy, picked)
         x = torch.cat([e["features"].float() for e in f32])
         y = torch.cat([e["features"].float() for e in f16])
         m = torch.cat([e["loss_mask"] for e in f32]).bool()
         agree = ((x @ lm.T).argmax(-1) == (y @ lm.T).argmax(-1))[m].float().mean().item()
-        print(f"batch {b}: {n} tokens; featurize fp32 {n / (t1 - t0):.0f} tok/s, bf16 "
-              f"{n / (t2 - t1):.0f} tok/s; |bf16 - fp32| mean {(x - y).abs().mean():.4f} "
+        print(f"batch {b}: {n} tokens; featurize fp32 {n / s32:.0f} tok/s, bf16 "
+              f"{n / s16:.0f} tok/s; |bf16 - fp32| mean {(x - y).abs().mean():.4f} "
               f"max {(x - y).abs().max():.2f} (|f| mean {x.abs().mean():.3f}); same argmax at "
               f"{agree:.4f} of assistant tokens")
         ids, feats, mask = pad_batch(f32, "cpu")
@@ -65,7 +72,7 @@ def main():
                 cells.append(f"unroll {unroll} {'bf16' if amp else 'fp32'} "
                              f"{time.perf_counter() - s:.2f} s")
         print(f"         head forward+backward: {', '.join(cells)} "
-              f"(featurizing took {t1 - t0:.2f} s fp32, {t2 - t1:.2f} s bf16)")
+              f"(featurizing took {s32:.2f} s fp32, {s16:.2f} s bf16)")
 
 
 if __name__ == "__main__":
