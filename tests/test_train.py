@@ -335,3 +335,10 @@ def test_chain_attention_equals_the_dense_chain_mask_forward_and_backward(family
     assert grads[0].keys() == grads[1].keys() and grads[0]
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-5, rtol=1e-4)
+
+
+def test_chain_attention_refuses_a_cache_that_is_not_whole_passes():
+    from eagle_mini.training.chains import chain_attention
+    q, kv = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 10, 8)
+    with pytest.raises(EagleMiniError, match="whole passes"):
+        chain_attention(None, q, kv, kv)

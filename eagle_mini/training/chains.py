@@ -34,6 +34,9 @@ def chain_attention(module, query, key, value, attention_mask=None, scaling=None
     """
     n = query.shape[-2]
     k = key.shape[-2] // n - 1
+    if k < 1 or key.shape[-2] != (k + 1) * n:
+        raise EagleMiniError(f"chain attention reads a cache of whole passes of the {n} queries, "
+                             f"got {key.shape[-2]} entries")
     groups = query.shape[1] // key.shape[1]           # grouped-query attention: share kv heads
     key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
