@@ -156,10 +156,11 @@ def build_parser() -> Parser:
                    help="a new head's kind: eagle1 (fc 2H -> H, feature + token loss) or eagle3 "
                         "(three target layers, own lm_head, token loss over unrolled steps); "
                         "--init keeps its head's kind")
-    t.add_argument("--lm-head-init", default="random", choices=["random", "target"],
-                   help="a new EAGLE-3 head's lm_head: random (the authors') or the target's rows "
+    t.add_argument("--lm-head-init", default="random", choices=["random", "target", "frozen"],
+                   help="a new EAGLE-3 head's lm_head: random (the authors'), the target's rows "
                         "of the draft vocabulary with its final norm (starts at a CE above "
-                        "uniform's, see the head's EXPERIMENTS.md)")
+                        "uniform's, see the head's EXPERIMENTS.md), or frozen: those rows, never "
+                        "trained (as EAGLE-1 reads the target's lm_head)")
     t.add_argument("--unroll", type=positive_int, default=None,
                    help="training-time test (EAGLE-3 §3): draft steps per position, each reading "
                         "the head's own output; default 1 for eagle1 (EAGLE-1's loss), 7 for "

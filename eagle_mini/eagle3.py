@@ -129,6 +129,17 @@ class Eagle3Head(nn.Module):
             self.norm.weight.copy_(target.model.model.norm.weight.to(self.norm.weight.dtype))
         return self
 
+    def freeze_lm_head(self) -> "Eagle3Head":
+        """Train no lm_head (ours, not the authors'): after `init_from_target` the head reads
+        through the target's own rows, as an EAGLE-1 head reads through the target's frozen
+        lm_head, and only fc, the layer and the norm learn. The layout and export are unchanged."""
+        self.lm_head.weight.requires_grad_(False)
+        return self
+
+    @property
+    def lm_head_frozen(self) -> bool:
+        return not self.lm_head.weight.requires_grad
+
     @property
     def draft_vocab_size(self) -> int:
         return self.draft_to_target.numel()
@@ -176,7 +187,8 @@ class Eagle3Head(nn.Module):
     def config_dict(self) -> dict:
         return {"format": "eagle_mini.head/1", "kind": KIND, "target_name": self.target_name,
                 "target_config": self.target_config.to_dict(), "aux_layers": list(self.aux_layers),
-                "draft_vocab_size": self.draft_vocab_size}
+                "draft_vocab_size": self.draft_vocab_size,
+                **({"lm_head_frozen": True} if self.lm_head_frozen else {})}
 
     def save(self, out_dir, dtype=torch.bfloat16, extra: dict | None = None) -> Path:
         """safetensors (weights + draft vocabulary map) + config.json, as `DraftHead.save`."""
@@ -196,15 +208,23 @@ class Eagle3Head(nn.Module):
             raise EagleMiniError(f"{d / 'config.json'} is damaged or not a head config "
                                  f"({type(e).__name__}: {e})") from None
         load_weights(head, tensors, d)
+        if cfg.get("lm_head_frozen"):
+            head.freeze_lm_head()
         head.meta = cfg
         return head.attach(target) if target is not None else head
 
 
 def new_eagle3_head(target, seed: int = 0, draft_vocab=None, warm_start: bool = True,
-                    **kw) -> Eagle3Head:
+                    freeze_lm_head: bool = False, **kw) -> Eagle3Head:
     """A randomly initialized EAGLE-3 head for `target`, attached; `warm_start` copies the
-    target's lm_head rows and final norm (`Eagle3Head.init_from_target`)."""
+    target's lm_head rows and final norm (`Eagle3Head.init_from_target`), `freeze_lm_head` then
+    keeps those rows (`Eagle3Head.freeze_lm_head`)."""
+    if freeze_lm_head and not warm_start:
+        raise EagleMiniError("a frozen lm_head must start from the target's rows (warm_start): "
+                             "a random one would never learn")
     torch.manual_seed(seed)
     head = Eagle3Head(target.config, draft_vocab=draft_vocab, target_name=target.name, **kw)
     head = head.float().attach(target)
-    return head.init_from_target(target) if warm_start else head
+    if warm_start:
+        head.init_from_target(target)
+    return head.freeze_lm_head() if freeze_lm_head else head

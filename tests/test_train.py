@@ -342,3 +342,24 @@ def test_chain_attention_refuses_a_cache_that_is_not_whole_passes():
     q, kv = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 10, 8)
     with pytest.raises(EagleMiniError, match="whole passes"):
         chain_attention(None, q, kv, kv)
+
+
+def test_eagle3_frozen_lm_head_stays_the_targets_rows_and_stays_frozen(tiny3, tmp_path):
+    """`--lm-head-init frozen`: training moves fc, the layer and the norm but never the lm_head
+    (the target's rows of the draft vocabulary), and a saved head loads frozen again."""
+    from eagle_mini.eagle3 import new_eagle3_head
+    from eagle_mini.heads import load_head
+    target, feats = tiny3
+    vocab = list(range(0, 64, 2))
+    head = new_eagle3_head(target, seed=3, draft_vocab=vocab, freeze_lm_head=True)
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    cfg = TrainConfig(lr=1e-2, steps=4, warmup_steps=1, batch_tokens=40, ckpt_every=2, unroll=2)
+    train_head(head, target, DumpSource(feats), tmp_path / "w", cfg, log=lambda *_: None)
+    after = head.state_dict()
+    assert torch.equal(after["lm_head.weight"], target.model.lm_head.weight[vocab])
+    assert all(not torch.equal(before[k], after[k]) for k in ("fc.weight", "norm.weight"))
+    head.save(tmp_path / "h")
+    loaded = load_head(tmp_path / "h", target)
+    assert loaded.lm_head_frozen and not loaded.lm_head.weight.requires_grad
+    with pytest.raises(EagleMiniError, match="warm_start"):
+        new_eagle3_head(target, warm_start=False, freeze_lm_head=True)

@@ -125,8 +125,10 @@ def training_head(args, target):
     vocab = frequent_tokens(target, args.draft_vocab) if args.draft_vocab else None
     if getattr(args, "kind", "eagle1") == "eagle3":
         from ..eagle3 import new_eagle3_head
+        init = getattr(args, "lm_head_init", "random")
         head = new_eagle3_head(target, seed=args.seed, draft_vocab=vocab,
-                               warm_start=getattr(args, "lm_head_init", "random") == "target")
+                               warm_start=init in ("target", "frozen"),
+                               freeze_lm_head=init == "frozen")
     else:
         head = new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias)
     return head.float(), {}
@@ -221,11 +223,13 @@ def train_command(args, target, log=print) -> dict:
 
 def write_card(out: Path, target_name: str, head, meta: dict) -> None:
     """README.md of a head: what it is, every training round with its command and metrics."""
-    params = sum(p.numel() for p in head.parameters())
+    params = sum(p.numel() for p in head.parameters() if p.requires_grad)
     if getattr(head, "kind", "eagle1") == "eagle3":
+        own = ("an lm_head frozen at the target's rows (`--lm-head-init frozen`)"
+               if head.lm_head_frozen else "its own lm_head")
         what = (f"# EAGLE-3 draft head for {target_name}", f"fc 3H -> H over the hidden states "
                 f"entering layers {', '.join(map(str, head.aux_layers))}, one decoder layer with "
-                f"2H attention input, final norm and its own lm_head ({params:,} trainable "
+                f"2H attention input, final norm and {own} ({params:,} trainable "
                 f"parameters), draft vocabulary {head.draft_vocab_size:,} tokens. Weights: bf16 "
                 "`model.safetensors` (`python -m eagle_mini export --format eagle3` writes the "
                 "authors' layout).")
