@@ -45,8 +45,11 @@ def add_target_args(p):
     p.add_argument("--dtype", default="fp32", help="fp32 (default), bf16 or fp16")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
-    p.add_argument("--no-pack", action="store_true",
-                   help="CPU: keep the stock matmul kernels (no prepacked weights, see packed.py)")
+    p.add_argument("--kernels", default="auto", choices=["auto", "packed", "stock"],
+                   help="CPU, fp32: prepacked weights (packed.py), the stock kernels, or auto (the "
+                        "faster of the two here, timed once per CPU model and cached)")
+    p.add_argument("--no-pack", dest="kernels", action="store_const", const="stock",
+                   help="the same as --kernels stock")
 
 
 def add_head_args(p):
@@ -310,7 +313,7 @@ def load(args):
     device = args.device
     if device == "cuda" and "LOCAL_RANK" in os.environ:  # `accelerate launch`: one GPU per process
         device = f"cuda:{os.environ['LOCAL_RANK']}"
-    return load_target(args.model, dtype=args.dtype, device=device, pack=not args.no_pack)
+    return load_target(args.model, dtype=args.dtype, device=device, pack=args.kernels)
 
 
 def head_for(args, target, methods=()):
@@ -392,6 +395,8 @@ def cmd_profile_target(args):
     if args.out and Path(args.out).is_dir():
         raise EagleMiniError(f"--out {args.out} is a directory; give a file name such as "
                              f"{Path(args.out) / 'cost_curve.json'}")
+    if args.compare_stock:  # times both kernels side by side: load the packed ones
+        args.kernels = "packed"
     target = load(args)
     if args.by_op:
         return print_op_breakdown(target, args)
@@ -445,6 +450,9 @@ def cmd_demo(args):
     head, note = head_for(args, target)
     print(f"target: {target.name} ({str(target.dtype).replace('torch.', '')}, {target.device})")
     print(f"head:   {note}")
+    if target.kernels:
+        from .measure.packed import kernels_note
+        print(f"matmul: {kernels_note(target.kernels)}")
     print(f"prompt: {args.prompt}\n")
     run_method(target, head, "eagle2", "Hi!", 8)  # warm-up: first calls pay one-off costs
     curve = cost_curve(target, repeats=3, progress=False)

@@ -17,6 +17,14 @@ import torch
 CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
 
 
+def cpu_tag() -> str:
+    """8 hex digits naming this CPU model (name, family and model): the key of every per-machine
+    choice cached on disk (`auto` trees, kernels), since the CPU changes between sessions."""
+    import hashlib
+    info = machine_info()
+    return hashlib.sha256(f"{info['cpu']} {info.get('cpu_family_model')}".encode()).hexdigest()[:8]
+
+
 def machine_info() -> dict:
     """Enough to tell two measurements' machines apart: "AMD EPYC" alone names CPUs from AVX2-only
     Zen 2 to Zen 4 with bf16 units, so the family, model and the features that matter come too."""

@@ -18,7 +18,7 @@ import torch
 from ..decode import generate
 from ..draft import DynamicTree
 from ..models import cache_dir
-from ..results import machine_info, results_json
+from ..results import cpu_tag, results_json
 from ..training.data import mtbench_prompts
 from .packed import is_packed
 from .profile import cost_curve
@@ -65,8 +65,7 @@ def auto_tree(target, head, curve=None, prompts=None):
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
     kernels = "packed" if is_packed(target.model) else "stock"
-    info = machine_info()  # the CPU changes between machines, and the curve with it
-    cpu = hashlib.sha256(f"{info['cpu']} {info.get('cpu_family_model')}".encode()).hexdigest()[:8]
+    cpu = cpu_tag()  # the CPU changes between machines, and the curve with it
     name = (f"{target.name.replace('/', '_')}_{target.device.type}_{kernels}"
             f"_t{torch.get_num_threads()}_cpu{cpu}_{digest}.json")
     path = cache_dir() / "auto_tree" / name

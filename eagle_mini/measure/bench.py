@@ -24,6 +24,7 @@ from ..errors import EagleMiniError
 from .auto import choose_auto_tree, predict
 from .evaluate import pooled_tau
 from .methods import pick_head, run_method
+from .packed import kernels_note
 from .profile import cost_curve
 from ..results import machine_info, results_json
 
@@ -125,7 +126,8 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
               "temperature": temperature, "target": target.name,
               "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
               "head": head_note, "cost_curve": curve, "auto_tree": str(auto_tree),
-              "auto_scores": auto_scores, "machine": machine_info(), "methods": {}}
+              "auto_scores": auto_scores, "kernels": getattr(target, "kernels", None),
+              "machine": machine_info(), "methods": {}}
     van = rows["vanilla"]
     van_tps = sum(s["new_tokens"] for s in van) / sum(s["seconds"] for s in van)
     gaps = None
@@ -235,7 +237,8 @@ def markdown_table(result) -> str:
              f"{result['max_new_tokens']} new tokens, T={result['temperature']}, "
              f"{result['target']} {result['dtype']} on {result['device']} "
              f"({result['machine']['cpu']}, {result['machine']['threads']} threads"
-             + (", prepacked weights" if result["cost_curve"].get("packed") else "") + ")", "",
+             + (f", {kernels_note(result['kernels'])}" if result.get("kernels")
+                else ", prepacked weights" if result["cost_curve"].get("packed") else "") + ")", "",
              "| method | tok/s | speedup | predicted | tau (per cycle) | tokens/forward | "
              "draft/verify/other | = vanilla |",
              "|---|---|---|---|---|---|---|---|"]

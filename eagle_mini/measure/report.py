@@ -119,7 +119,7 @@ def cost_section(f: Files) -> list[str]:
     def row(label, curve):
         return [label, *(f"{r:.2f}" for r in curve["relative"][1:]), f"{curve['median_ms'][0]:.1f}"]
     rows = [row("stock torch kernels", c["stock"]),
-            row("prepacked weights (`packed.py`, the CPU default)", c)]
+            row("prepacked weights (`packed.py`)", c)]
     bf = row("bf16, stock kernels (a separate run)", b) if b["ns"] == c["ns"] else None
     return ["## Verification cost curve c(n)/c(1)", "",
             f"A forward of n new tokens over a {c['prefix_len']}-token cached prefix, relative to a "
@@ -130,8 +130,10 @@ def cost_section(f: Files) -> list[str]:
             "Stock sgemm repacks each weight matrix into its blocked layout on every multi-token "
             "call; `packed.py` packs once per row count (4, 8 and 16 rows, inputs padded up), and "
             "its docstring holds the micro-benchmark behind it. One-token forwards and prefill keep "
-            "the stock kernels, so vanilla decoding and HF `generate` are untouched; `--no-pack` "
-            "turns packing off. This curve is why the course's trees are small: see notebook 00 "
+            "the stock kernels, so vanilla decoding and HF `generate` are untouched. Which of the two "
+            "is faster depends on the CPU, so the commands choose by measurement (`--kernels "
+            "auto`, the default: both timed once per CPU model, `packed.use_kernels`); `--kernels "
+            "packed|stock` overrides it. This curve is why the course's trees are small: see notebook 00 "
             "for the roofline that explains its shape.", ""]
 
 
