@@ -50,6 +50,10 @@ def add_target_args(p):
                         "faster of the two here, timed once per CPU model and cached)")
     p.add_argument("--no-pack", dest="kernels", action="store_const", const="stock",
                    help="the same as --kernels stock")
+    p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],
+                   help="fp32 matmuls (torch.set_float32_matmul_precision): highest, exact, the "
+                        "default; high/medium allow bf16-based internals, lossless only against "
+                        "vanilla in the same mode, up to ties (check-lossless it first)")
 
 
 def add_head_args(p):
@@ -109,7 +113,9 @@ def build_parser() -> Parser:
     c.add_argument("--n", type=positive_int, default=20, help="number of MT-bench prompts")
     c.add_argument("--max-new-tokens", type=positive_int, default=64)
     c.add_argument("--methods", default="eagle,eagle2")
-    c.add_argument("--out", default="data/results/check_lossless.json")
+    c.add_argument("--out", default=None, help="JSON path (default data/results/check_lossless"
+                                                  ".json; with --matmul-precision high or medium, "
+                                                  "check_lossless_matmul_<precision>.json)")
 
     f = sub.add_parser("dump-features", help="store the target's features for head training")
     add_target_args(f)
@@ -313,6 +319,9 @@ def load(args):
     device = args.device
     if device == "cuda" and "LOCAL_RANK" in os.environ:  # `accelerate launch`: one GPU per process
         device = f"cuda:{os.environ['LOCAL_RANK']}"
+    if args.matmul_precision != "highest":
+        from .measure.precision import set_matmul_precision
+        print(set_matmul_precision(args.matmul_precision), file=sys.stderr)
     return load_target(args.model, dtype=args.dtype, device=device, pack=args.kernels)
 
 
@@ -491,10 +500,12 @@ def cmd_check_lossless(args):
     head, note = head_for(args, target, methods)
     result = check_lossless(target, head, methods, args.n,
                             args.max_new_tokens, tree=tree, log=print)
+    from .measure.precision import lossless_file
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note, **result}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(results_json(result))
-    print(f"all identical: {result['all_identical']}; wrote {args.out}")
+    out = Path(args.out or lossless_file(args.matmul_precision))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(results_json(result))
+    print(f"all identical: {result['all_identical']}; wrote {out}")
     if not result["all_identical"]:
         raise EagleMiniError("EAGLE output differs from vanilla greedy (see the JSON)")
 

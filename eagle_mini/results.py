@@ -46,6 +46,8 @@ def machine_info() -> dict:
     if "flags" in fields:
         flags = set(fields["flags"].split())
         info["cpu_features"] = [f for f in CPU_FEATURES if f in flags]
+    if torch.get_float32_matmul_precision() != "highest":  # fp32 matmuls with bf16 internals
+        info["fp32_matmul_precision"] = torch.get_float32_matmul_precision()
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info

@@ -51,3 +51,32 @@ def test_nothing_is_timed_unless_bf16_or_auto_is_asked_for(probe):
 def test_the_real_probe_times_both_dtypes():
     p = precision.matmul_speedup(rows=16, inner=32, cols=32, repeats=1)
     assert p["fp32_ms"] > 0 and p["bf16_ms"] > 0 and p["speedup"] == p["fp32_ms"] / p["bf16_ms"]
+
+
+def test_a_reduced_matmul_precision_is_offered_only_with_its_own_lossless_check(tmp_path):
+    """--matmul-precision medium/high: recorded with every measurement, and its line reports the
+    mode's check-lossless file, or says loudly that there is none."""
+    import json
+
+    import torch
+
+    from eagle_mini.errors import EagleMiniError
+    from eagle_mini.results import machine_info
+    try:
+        line = precision.set_matmul_precision("medium", root=tmp_path)
+        assert "NOT CHECKED" in line and "--matmul-precision medium" in line
+        assert machine_info()["fp32_matmul_precision"] == "medium"
+        path = tmp_path / precision.lossless_file("medium")
+        path.parent.mkdir(parents=True)
+        rows = [{"prompt": i, "vanilla_tokens": 8, "eagle2": {"identical": i != 1, "tau": 2.0}}
+                for i in range(3)]
+        path.write_text(json.dumps({"rows": rows, "machine": {"cpu": "Some CPU"}}))
+        line = precision.set_matmul_precision("medium", root=tmp_path)
+        assert "2 of 3 prompts identical" in line and "Some CPU" in line
+        with pytest.raises(EagleMiniError, match="unknown matmul precision"):
+            precision.set_matmul_precision("low")
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert precision.set_matmul_precision("highest").endswith("exact")
+    assert "fp32_matmul_precision" not in machine_info()
+    assert precision.lossless_file("highest") == "data/results/check_lossless.json"

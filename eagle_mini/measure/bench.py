@@ -237,6 +237,8 @@ def markdown_table(result) -> str:
              f"{result['max_new_tokens']} new tokens, T={result['temperature']}, "
              f"{result['target']} {result['dtype']} on {result['device']} "
              f"({result['machine']['cpu']}, {result['machine']['threads']} threads"
+             + (f", fp32 matmul precision {result['machine']['fp32_matmul_precision']}"
+                if result["machine"].get("fp32_matmul_precision") else "")
              + (f", {kernels_note(result['kernels'])}" if result.get("kernels")
                 else ", prepacked weights" if result["cost_curve"].get("packed") else "") + ")", "",
              "| method | tok/s | speedup | predicted | tau (per cycle) | tokens/forward | "

@@ -11,6 +11,7 @@ a head-sized layer in both dtypes and picks bf16 only where it wins by `MARGIN`.
     ('bf16', 'fp32')
 """
 import time
+from pathlib import Path
 
 import torch
 
@@ -43,3 +44,49 @@ def choice(probe: dict) -> tuple[str, str]:
     pick = "bf16" if s >= MARGIN else "fp32"
     how = f"{s:.2f}x fp32's speed" if s >= 1 else f"{1 / s:.1f}x slower than fp32"
     return pick, f"bf16 matmuls run at {how} on this CPU (measured): using {pick}"
+
+
+# --- fp32 matmul precision: a mode offered only with its check-lossless result -------------------
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+
+
+def lossless_file(precision: str) -> str:
+    """Where `check-lossless` writes (and `bench`, `demo` and `generate` look for) the check of a
+    matmul precision: the reference, "highest", keeps the course's original file name."""
+    return ("data/results/check_lossless.json" if precision == "highest"
+            else f"data/results/check_lossless_matmul_{precision}.json")
+
+
+def set_matmul_precision(precision: str, root: Path = Path(".")) -> str:
+    """`torch.set_float32_matmul_precision(precision)`, and one line on what that mode promises.
+
+    "highest" computes every fp32 matmul in fp32: EAGLE's output equals vanilla's token for token.
+    "high" and "medium" let oneDNN use bf16-based internals where the CPU has them (the Zen 4 of
+    the head issue: c(16)/c(1) 1.35 instead of 1.60). Vanilla then runs in that mode too, and EAGLE
+    can only be lossless against it up to ties, so the line reports the mode's own check-lossless
+    file, or says how to make it.
+
+        >>> set_matmul_precision("highest")
+        'fp32 matmuls in fp32 (highest): exact'
+    """
+    import json
+
+    from ..errors import EagleMiniError
+    if precision not in MATMUL_PRECISIONS:
+        raise EagleMiniError(f"unknown matmul precision {precision!r}; choose "
+                             + ", ".join(MATMUL_PRECISIONS))
+    torch.set_float32_matmul_precision(precision)
+    if precision == "highest":
+        return "fp32 matmuls in fp32 (highest): exact"
+    path = root / lossless_file(precision)
+    head = f"fp32 matmuls at precision {precision!r} (bf16-based internals where the CPU has them)"
+    try:
+        check = json.loads(path.read_text())
+        rows = check["rows"]
+        same = sum(all(v["identical"] for k, v in r.items() if isinstance(v, dict)) for r in rows)
+        return (f"{head}: check-lossless in this mode found {same} of {len(rows)} prompts "
+                f"identical to vanilla in the same mode ({lossless_file(precision)}, "
+                f"{check['machine']['cpu']})")
+    except (OSError, KeyError, TypeError, ValueError):
+        return (f"{head}: NOT CHECKED, no check-lossless result for this mode yet; run `python -m "
+                f"eagle_mini check-lossless --matmul-precision {precision}` before trusting it")
