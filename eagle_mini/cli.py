@@ -206,7 +206,8 @@ def build_parser() -> Parser:
     b = sub.add_parser("bench", help="EAGLE vs vanilla, HF generate and prompt lookup, side by side")
     add_target_args(b)
     b.add_argument("--head", default=None, help="draft head directory (default: shipped head)")
-    b.add_argument("--methods", default=",".join(BENCH_METHODS))
+    b.add_argument("--methods", default=",".join(BENCH_METHODS),
+                   help="comma-separated; eagle3 (needs an EAGLE-3 head) runs when named")
     b.add_argument("--dataset", default="mtbench", choices=["mtbench", "humaneval", "sharegpt-test"])
     b.add_argument("--n", type=positive_int, default=10)
     b.add_argument("--max-new-tokens", type=positive_int, default=128)

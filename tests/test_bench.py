@@ -86,3 +86,17 @@ def test_first_difference_margin_is_the_logit_gap_where_texts_part():
     d = first_difference_margins(target, prompts, [vanilla[0], parted], vanilla, gaps)
     assert d["margins"] == pytest.approx([float(top.values[0] - top.values[1])], abs=1e-5)
     assert d["margins"][0] > 0 and 0 < d["share_of_vanilla_gaps_at_most_margin"][0] <= 1
+
+
+def test_bench_runs_eagle3_beside_eagle2_each_with_its_own_head():
+    """`bench --methods ...,eagle3`: the EAGLE-2 tree drafted by an EAGLE-3 head, still lossless."""
+    from eagle_mini.eagle3 import new_eagle3_head
+    target = tiny_target("llama", seed=3, vocab_size=48, num_hidden_layers=4)
+    heads = {"eagle1": new_head(target), "eagle3": new_eagle3_head(target, warm_start=False)}
+    result = bench(target, heads, ("vanilla", "eagle2", "eagle3"), prompts=[[1, 2, 3], [4, 5, 6, 7]],
+                   max_new_tokens=12, progress=False, curve_repeats=1)
+    for m in ("eagle2", "eagle3"):
+        r = result["methods"][m]
+        assert r["equal_to_vanilla"] and r["tau"] >= 1.0 and r["predicted_speedup"] > 0, m
+    with pytest.raises(Exception, match="unknown method"):
+        bench(target, heads, ("eagle4",), prompts=[[1, 2]], progress=False)

@@ -29,6 +29,7 @@ from .profile import cost_curve
 from ..results import machine_info, results_json
 
 METHODS = ("vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2", "auto")
+KNOWN = METHODS + ("eagle3",)  # eagle3 runs when asked for: it needs an EAGLE-3 head
 
 
 class ForwardCounter:
@@ -90,9 +91,9 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
 
     `prompts` (strings or token-id lists) replaces the dataset, e.g. for tiny test models.
     """
-    bad = [m for m in methods if m not in METHODS]
+    bad = [m for m in methods if m not in KNOWN]
     if bad:
-        raise EagleMiniError(f"unknown method(s) {', '.join(bad)}; known: {', '.join(METHODS)}")
+        raise EagleMiniError(f"unknown method(s) {', '.join(bad)}; known: {', '.join(KNOWN)}")
     if "vanilla" not in methods:
         methods = ("vanilla",) + tuple(methods)
     calibration = None
@@ -224,7 +225,7 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
 
 def tree_size(method, auto_tree) -> int:
     from .auto import tree_tokens
-    return tree_tokens(auto_tree if method == "auto" else method)
+    return tree_tokens(auto_tree if method == "auto" else "eagle2" if method == "eagle3" else method)
 
 
 def _progress(total, enabled):
