@@ -247,3 +247,20 @@ def test_an_interval_across_the_line_is_not_shown_rather_than_refuted(tmp_path):
     row = by_id(claims.paper_vs_ours(d))["t0-vs-t1"]
     assert row["ours"][-1]["low"] < 0 < row["ours"][-1]["high"]
     assert row["holds"] is None and row["status"].startswith("not shown")
+
+
+@pytest.mark.parametrize("intervals, about, expected", [
+    ([(0.01, 0.03), (0.05, 0.09)], False, True),     # both orderings above 0
+    ([(-0.06, -0.01), (0.17, 0.21)], False, False),  # one lies below: contradicted
+    ([(-0.02, 0.002)], False, None),                 # straddles 0: not shown
+    ([(-0.001, 0.005)], True, True),                 # about equal, within the margin
+    ([(-0.01, 0.05)], True, None),                   # holds 0 but too wide: not shown
+    ([(0.03, 0.05)], True, False),                   # excludes 0: not about equal
+])
+def test_ablation_checks_read_three_ways(intervals, about, expected):
+    """An ablation check that fails is 'does not hold' only when the data contradict the paper."""
+    from eagle_mini.measure.intervals import about_equal, excludes_zero
+    ds = [{"estimate": (lo + hi) / 2, "low": lo, "high": hi} for lo, hi in intervals]
+    holds = about_equal(ds[0], 0.02) if about else all(excludes_zero(d) for d in ds)
+    check = {"claim": "x about y" if about else "x < y", "holds": holds, "differences": ds}
+    assert claims.ablation_verdict(check) is expected

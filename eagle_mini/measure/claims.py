@@ -149,9 +149,23 @@ def ablation_rows(results) -> list[dict]:
                        setting, cite, ours,
                        "each paired difference's interval, pooled over seeds, lies above 0 (an "
                        "ordering), or holds 0 and lies within +-0.02 (about equal): the ablation's "
-                       "own verdict (`ablation.paper_checks`)", src.get(f"/checks/{i}/holds"),
+                       "own verdict (`ablation.paper_checks`); not shown when an interval "
+                       "straddles the line", ablation_verdict(src.get(f"/checks/{i}")),
                        [src], ours_setting))
     return out
+
+
+def ablation_verdict(check: dict) -> bool | None:
+    """The ablation's yes/no verdict (`ablation.paper_checks`) read three ways, as every other row:
+    True when it holds; False when the data contradict it (an ordering's difference lies wholly at
+    or below 0, or an "about equal" difference excludes 0); None, not shown, when an interval only
+    straddles the line."""
+    if check["holds"]:
+        return True
+    ds = check["differences"]
+    if "about" in check["claim"]:
+        return False if any(d["low"] > 0 or d["high"] < 0 for d in ds) else None
+    return False if any(above_zero(d) is False for d in ds) else None
 
 
 def acceptance_rows(results) -> list[dict]:

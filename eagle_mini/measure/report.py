@@ -180,8 +180,9 @@ def ablation_section(f: Files) -> list[str]:
             "(notebook 02). Validation top-1 and 1-alpha are teacher-forced; tau is EAGLE-2 "
             "decoding of MT-bench prompts. The paper's column is the paper's (Vicuna-7B).", ""]
     if u.get("format") == FORMAT:
-        checks = [[c["claim"], c["paper"], c["ours"], "holds" if c["holds"] else "does not hold"]
-                  for c in u["checks"]]
+        from .claims import ablation_verdict
+        said = {True: "holds", False: "does not hold", None: "not shown (an interval holds 0)"}
+        checks = [[c["claim"], c["paper"], c["ours"], said[ablation_verdict(c)]] for c in u["checks"]]
         body = [summary_table(u), "", *table(["claim", "paper", "ours (paired 95% interval)",
                                                "verdict"], checks)]
     else:
