@@ -217,3 +217,27 @@ def test_authors_layout_rotates_as_its_file_says(tmp_path):
     base = load_head(out, target).rotary.inv_freq
     dim = head.rotary.inv_freq.numel() * 2
     torch.testing.assert_close(base, 1.0 / 10000.0 ** (torch.arange(0, dim, 2).float() / dim))
+
+
+def test_the_card_reports_the_authors_code_check_kept_beside_the_head(tmp_path):
+    """write_card renders authors_check.json (the script's --json) when the head directory has it."""
+    import json
+
+    from eagle_mini.eagle3 import new_eagle3_head
+    from eagle_mini.training.commands import write_card
+    target = tiny_target("llama", seed=3, vocab_size=48, num_hidden_layers=4)
+    head = new_eagle3_head(target, warm_start=False)
+    meta = {"tokens_seen": 20, "train_seconds": 2.0, "rounds": []}
+    write_card(tmp_path, "tiny", head, meta)
+    assert "authors' own code" not in (tmp_path / "README.md").read_text()
+    report = {"command": "python scripts/check_eagle3_against_authors.py /x --head h",
+              "authors_commit": "cb7e084abcdef", "prompt_tokens": 31,
+              "a_layer_output": {"max_abs_diff": 2e-6, "max_abs_theirs": 40.0},
+              "b_logits": {"max_abs_diff": 3e-5, "max_abs_theirs": 20.0},
+              "d_topK_genrate_identical": {"draft_tokens": True, "tree_mask": True},
+              "e_our_drafter_vs_topK_genrate": {"same_paths": True}}
+    (tmp_path / "authors_check.json").write_text(json.dumps(report))
+    write_card(tmp_path, "tiny", head, meta)
+    card = (tmp_path / "README.md").read_text()
+    assert "SafeAILab/EAGLE cb7e084" in card and "2 numeric comparisons" in card
+    assert "3.0e-05 (b_logits" in card and "retrieve indices with this head in their model's place: True" in card

@@ -261,7 +261,29 @@ def write_card(out: Path, target_name: str, head, meta: dict) -> None:
                      f"{r['seconds'] / 3600:.2f} | {v.get('top1', float('nan')):.3f} | {alpha} | "
                      f"`{r.get('command', '')}` |")
     lines += ["", "![loss curve of the latest round](loss_curve.png)", ""]
+    lines += authors_check_lines(out / "authors_check.json")
     (out / "README.md").write_text("\n".join(lines))
+
+
+def authors_check_lines(path: Path) -> list[str]:
+    """The card's section on `scripts/check_eagle3_against_authors.py`, run on this head's export
+    (its `--json`, kept beside the weights as authors_check.json); nothing when there is none."""
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    numeric = {k: v for k, v in r.items() if isinstance(v, dict) and "max_abs_diff" in v}
+    worst = max(numeric.items(), key=lambda kv: kv[1]["max_abs_diff"] / max(kv[1]["max_abs_theirs"], 1.0))
+    same = r.get("d_topK_genrate_identical", {})
+    paths = r.get("e_our_drafter_vs_topK_genrate", {})
+    return ["## Checked against the authors' own code", "",
+            f"Exported in their layout and loaded by their `cnets.Model` (SafeAILab/EAGLE "
+            f"{r['authors_commit'][:7]}), on one prompt of {r['prompt_tokens']} tokens: "
+            f"{len(numeric)} numeric comparisons, the largest difference {worst[1]['max_abs_diff']:.1e} "
+            f"({worst[0]}, against values up to {worst[1]['max_abs_theirs']:.1f}); their EAGLE-2 "
+            f"drafting routine gives identical draft tokens, tree mask, positions and retrieve "
+            f"indices with this head in their model's place: {all(same.values()) if same else 'n/a'}; "
+            f"our drafter finds the same tree paths: {paths.get('same_paths', 'n/a')}. "
+            f"`{r['command']}` wrote authors_check.json.", ""]
 
 
 def plot_log(log_path: Path, png: Path) -> None:
