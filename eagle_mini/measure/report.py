@@ -36,7 +36,7 @@ EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_
 CURVES = ("eagle3_unroll5_curve/tau_curve.json",)
 BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtbench_T0",
            "bench_smollm2-135m_cpu_mtbench_T1")
-EAGLE_METHODS = ("eagle-chain", "eagle", "eagle2", "auto")
+EAGLE_METHODS = ("eagle-chain", "eagle", "eagle2", "auto", "eagle3")
 # The papers' own figures, cited as theirs (EAGLE_REFERENCE.md §6).
 PAPER_HEAD = "top-1 about 0.78 and tau 3.94 for the paper's Vicuna-7B head (EAGLE, MT-bench, T=0)"
 NOTEBOOK_TOPICS = {
@@ -295,16 +295,22 @@ def bench_section(f: Files) -> list[str]:
     out = ["## Speed on this CPU (`bench`)", "",
            "Methods interleaved prompt by prompt in one run; speedups are ratios within that run. "
            "`predicted` is the cost model tau / (c(N)/c(1) + draft cost) from the curve measured "
-           "in the same run. These runs predate the current head: each names the head it used.", ""]
+           "in the same run. Each run names the head it used, and whether that is the EAGLE-1 "
+           "head shipped now.", ""]
+    shipped_tokens = f.head().get("tokens_seen")
     for name in BENCHES:
         r = f.json(f"{name}/bench.json")
+        used = re.search(r"\(([\d,]+) training tokens", r["head"])
+        current = bool(used) and int(used.group(1).replace(",", "")) == shipped_tokens
         eagle = {m: v for m, v in r["methods"].items() if m in EAGLE_METHODS}
         verify = [v["verify_fraction"] for v in eagle.values()]
         best = max(eagle, key=lambda m: eagle[m]["speedup"])
         curve = dict(zip(r["cost_curve"]["ns"], r["cost_curve"]["relative"]))
         title = (f"### {r['dtype']}, T={r['temperature']:g}, {r['n']} {r['dataset']} prompts x "
                  f"{r['max_new_tokens']} tokens")
-        facts = (f"Head: {short_head(r['head'])}. Verification takes "
+        facts = (f"Head: {short_head(r['head'])}"
+                 + (" (the EAGLE-1 head shipped now)" if current else
+                    " (an older head than the one shipped now)") + ". Verification takes "
                  f"{min(verify):.0%}-{max(verify):.0%} of the EAGLE methods' time; this run's "
                  f"c(16)/c(1) is {curve.get(16, float('nan')):.2f}. Fastest EAGLE method: "
                  f"{best}, {eagle[best]['speedup']:.2f}x vanilla.")
