@@ -323,7 +323,10 @@ def load(args):
     if args.matmul_precision != "highest":
         from .measure.precision import set_matmul_precision
         print(set_matmul_precision(args.matmul_precision), file=sys.stderr)
-    return load_target(args.model, dtype=args.dtype, device=device, pack=args.kernels)
+    from .measure.kernels import use_kernels
+    target = load_target(args.model, dtype=args.dtype, device=device, pack=args.kernels != "stock")
+    use_kernels(target, args.kernels)
+    return target
 
 
 def head_for(args, target, methods=()):
@@ -461,7 +464,7 @@ def cmd_demo(args):
     print(f"target: {target.name} ({str(target.dtype).replace('torch.', '')}, {target.device})")
     print(f"head:   {note}")
     if target.kernels:
-        from .measure.packed import kernels_note
+        from .measure.kernels import kernels_note
         print(f"matmul: {kernels_note(target.kernels)}")
     print(f"prompt: {args.prompt}\n")
     run_method(target, head, "eagle2", "Hi!", 8)  # warm-up: first calls pay one-off costs

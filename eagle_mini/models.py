@@ -24,7 +24,7 @@ from transformers.utils import logging as hf_logging
 
 from .assets import asset_path
 from .errors import EagleMiniError
-from .measure.packed import use_kernels
+from .measure.packed import is_packed, pack_linears
 from .target import Target
 
 # The course's named targets. `hub` entries need internet (and, for 7B, a GPU); `gguf` entries are
@@ -113,13 +113,13 @@ def resolve(name: str) -> str:
 
 
 def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
-                pack: bool | str = True) -> Target:
+                pack: bool = True) -> Target:
     """Load a target by course name, local directory or hub id and wrap it in a `Target`.
 
     On a CPU in fp32, `pack` (True) routes the linears through prepacked weights (`packed.py`):
     multi-token forwards (tree verification) get cheaper on most CPUs, one-token forwards and
-    prefill are unchanged. False keeps the stock kernels; "auto" times both here and keeps the
-    faster (`packed.use_kernels`, cached per CPU model). `target.kernels` says which ran.
+    prefill are unchanged. False keeps the stock kernels. `measure.kernels.use_kernels` (the CLI's
+    `--kernels auto`) times both here and keeps the faster. `target.kernels` says which run.
 
     `random:<name>` (e.g. `random:vicuna-7b`) builds that architecture with random weights directly
     on `device`: the verification cost curve at 7B scale needs no download.
@@ -134,8 +134,11 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
     except OSError as e:
         raise EagleMiniError(f"cannot load model {name!r} from {where}: {str(e).splitlines()[0]}") from None
     model = model.to(device).eval()
+    if pack and model.device.type == "cpu" and model.dtype == torch.float32:
+        pack_linears(model)
     target = Target(model, tokenizer, name=name)
-    use_kernels(target, pack if isinstance(pack, str) else "packed" if pack else "stock")
+    target.kernels = {"kernels": "packed" if is_packed(model) else "stock",
+                      "how": f"load_target(pack={pack})"}
     return target
 
 

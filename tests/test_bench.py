@@ -31,7 +31,7 @@ def test_bench_runs_every_method_on_a_tiny_model(tmp_path):
     assert (out / "bench.png").stat().st_size > 0
     assert "| eagle2 |" in markdown_table(result)
     assert result["kernels"] is None  # a tiny target built in memory: nobody chose its kernels
-    from eagle_mini.measure.packed import use_kernels
+    from eagle_mini.measure.kernels import use_kernels
     result["kernels"] = use_kernels(target, "stock")
     assert "stock kernels (asked for)" in markdown_table(result).splitlines()[0]
 

@@ -98,35 +98,34 @@ def test_stock_kernels_switch_paths_and_keep_packed_copies():
 
 def test_auto_kernels_keep_the_faster_and_cache_the_choice(monkeypatch, tmp_path):
     """`use_kernels("auto")` follows the timing, whichever way it goes, and measures once."""
-    from eagle_mini.measure import packed as packed_mod
-    from eagle_mini.measure import profile
-    monkeypatch.setattr("eagle_mini.models.cache_dir", lambda: tmp_path)
+    from eagle_mini.measure import kernels as kernels
+    monkeypatch.setattr(kernels, "cache_dir", lambda: tmp_path)
     calls = []
 
     def fake_curve(target, ns, **kw):  # stock twice as fast as packed at every size
         calls.append(kw)
         assert kw["compare_stock"] and is_packed(target.model)
         return {"median_ms": [2.0] * len(ns), "stock": {"median_ms": [1.0] * len(ns)}}
-    monkeypatch.setattr(profile, "cost_curve", fake_curve)
+    monkeypatch.setattr(kernels, "cost_curve", fake_curve)
     target = tiny_target("llama", seed=0)
-    record = packed_mod.use_kernels(target, "auto")
+    record = kernels.use_kernels(target, "auto")
     assert record["kernels"] == "stock" and not is_packed(target.model)
     assert target.kernels is record and record["how"] == "measured now"
-    assert "stock kernels (faster here" in packed_mod.kernels_note(record)
+    assert "stock kernels (faster here" in kernels.kernels_note(record)
     again = tiny_target("llama", seed=0)
-    assert packed_mod.use_kernels(again, "auto")["how"].startswith("measured earlier here")
+    assert kernels.use_kernels(again, "auto")["how"].startswith("measured earlier here")
     assert len(calls) == 1 and not is_packed(again.model)
 
-    monkeypatch.setattr(profile, "cost_curve", lambda target, ns, **kw: {
+    monkeypatch.setattr(kernels, "cost_curve", lambda target, ns, **kw: {
         "median_ms": [1.0] * len(ns), "stock": {"median_ms": [2.0] * len(ns)}})
-    monkeypatch.setattr("eagle_mini.measure.packed.torch.get_num_threads", lambda: 99)  # new key
+    monkeypatch.setattr("eagle_mini.measure.kernels.torch.get_num_threads", lambda: 99)  # new key
     third = tiny_target("llama", seed=0)
-    assert packed_mod.use_kernels(third, "auto")["kernels"] == "packed" and is_packed(third.model)
+    assert kernels.use_kernels(third, "auto")["kernels"] == "packed" and is_packed(third.model)
 
 
 def test_asked_kernels_and_dtypes_without_a_choice():
     from eagle_mini.errors import EagleMiniError
-    from eagle_mini.measure.packed import use_kernels
+    from eagle_mini.measure.kernels import use_kernels
     target = tiny_target("llama", seed=0)
     assert use_kernels(target, "packed")["how"] == "asked for" and is_packed(target.model)
     assert use_kernels(target, "stock")["kernels"] == "stock" and not is_packed(target.model)

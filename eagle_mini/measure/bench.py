@@ -24,7 +24,7 @@ from ..errors import EagleMiniError
 from .auto import choose_auto_tree, predict
 from .evaluate import pooled_tau
 from .methods import pick_head, run_method
-from .packed import kernels_note
+from .kernels import kernels_note
 from .profile import cost_curve
 from ..results import machine_info, results_json
 

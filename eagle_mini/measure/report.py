@@ -132,7 +132,7 @@ def cost_section(f: Files) -> list[str]:
             "its docstring holds the micro-benchmark behind it. One-token forwards and prefill keep "
             "the stock kernels, so vanilla decoding and HF `generate` are untouched. Which of the two "
             "is faster depends on the CPU, so the commands choose by measurement (`--kernels "
-            "auto`, the default: both timed once per CPU model, `packed.use_kernels`); `--kernels "
+            "auto`, the default: both timed once per CPU model, `kernels.use_kernels`); `--kernels "
             "packed|stock` overrides it. This curve is why the course's trees are small: see notebook 00 "
             "for the roofline that explains its shape.", ""]
 
