@@ -12,7 +12,7 @@ from ..models import cache_dir
 from ..results import cpu_tag, results_json
 from .packed import available, pack_linears, unpack_linears
 from .profile import cost_curve
-# --- which kernels on this machine ---------------------------------------------------------------
+
 # The forwards a draft tree's verification makes on this CPU (the course's trees carry 4-16 tokens).
 CHOICE_SIZES = (4, 8, 16)
 
@@ -21,8 +21,8 @@ def choose_kernels(target, repeats: int = 5, sizes=CHOICE_SIZES) -> dict:
     """Time the packed and the stock kernels side by side (`profile.cost_curve`, rounds
     interleaved) on the verification forwards of `sizes` tokens; the faster in total wins.
 
-    Packing pays on one CPU and not on another (the Xeon's c(8)/c(1): 1.49 packed, 1.67 stock; a
-    Zen 4's c(16)/c(1) measured either side of stock's), so the choice is measured, as `auto`
+    Packing pays on one CPU and not on another (the Xeon's c(8)/c(1): 1.49 packed, 1.67 stock in
+    RESULTS.md; on a Zen 4 the stock kernels timed faster), so the choice is measured, as `auto`
     measures its tree. -> {"kernels", "packed_ms", "stock_ms", "sizes", "repeats"}."""
     pack_linears(target.model)
     curve = cost_curve(target, ns=tuple(sizes), repeats=repeats, warmup=1, compare_stock=True,
