@@ -23,7 +23,7 @@ from ..training.data import evenly_spaced, load_prompts
 from ..errors import EagleMiniError
 from .auto import choose_auto_tree, predict
 from .evaluate import pooled_tau
-from .methods import pick_head, run_method
+from .methods import named_tree_of, pick_head, run_method
 from .kernels import kernels_note
 from .profile import cost_curve
 from ..results import machine_info, results_json
@@ -225,7 +225,7 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
 
 def tree_size(method, auto_tree) -> int:
     from .auto import tree_tokens
-    return tree_tokens(auto_tree if method == "auto" else "eagle2" if method == "eagle3" else method)
+    return tree_tokens(auto_tree if method == "auto" else named_tree_of(method))
 
 
 def _progress(total, enabled):

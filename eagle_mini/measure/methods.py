@@ -34,6 +34,12 @@ def method_tree(target, head, method: str, tree=None):
         return tree
     if method == "auto":
         return auto_tree(target, pick_head(method, head))
+    return named_tree_of(method)
+
+
+def named_tree_of(method: str) -> str:
+    """The named tree an EAGLE method decodes with by default: its own name, except "eagle3",
+    which is EAGLE-2's dynamic tree drafted by an EAGLE-3 head."""
     return "eagle2" if method == "eagle3" else method
 
 
