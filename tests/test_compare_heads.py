@@ -81,7 +81,7 @@ def test_results_md_section_reads_the_comparison_file(tmp_path):
     (tmp_path / RESULTS / EQUAL_TOKENS[0]).write_text(json.dumps(doc))
     text = "\n".join(equal_tokens_section(Files(tmp_path)))
     assert "1.500 [" in text and "2.000 [" in text and "eagle3 - eagle1: +0.500 [+0.500, +0.500]" in text
-    assert "lies above 0" in text and "equal training tokens: True" in text
+    assert "lies above 0" in text and "1,000 training tokens (equal training tokens: True)" in text
 
 
 def test_tau_curve_fits_the_gain_per_doubling_and_projects_the_goal(tmp_path):
@@ -104,6 +104,9 @@ def test_tau_curve_fits_the_gain_per_doubling_and_projects_the_goal(tmp_path):
         tau_curve(docs[:1])
     with pytest.raises(EagleMiniError, match="one training-token count"):
         tau_curve([result(at(1.5), 1000), result(at(2.0), 1000)])
+    with pytest.raises(EagleMiniError, match="different kinds"):
+        tau_curve([result(at(1.5), 1000), result(at(2.0), 2000, kind="eagle3")])
+    assert c["head_kind"] == "eagle1"
     paths = []
     for i, d in enumerate(docs):
         paths.append(tmp_path / f"{i}.json")
@@ -133,3 +136,20 @@ def test_results_md_shows_the_curve_file(tmp_path):
     text = "\n".join(equal_tokens_section(Files(tmp_path)))
     assert "| 1,000 | 1.500 [" in text and "+0.500 [+0.500, +0.500] per doubling" in text
     assert "tau 3.0 would be reached at about 8,000 tokens" in text
+    assert "### tau against training tokens: eagle1 head, eagle1" in text
+
+
+def test_results_md_shows_other_prompt_sets_or_says_they_are_missing(tmp_path):
+    from eagle_mini.measure.report import EVAL_OTHER, RESULTS, Files, other_sets_lines
+    assert "not measured yet" in "\n".join(other_sets_lines(Files(tmp_path)))
+    doc = {**result([[3, 2]] * 4, 1000), "other_sets": {
+        "humaneval": {"prompts": 4, "max_new_tokens": 64, "tree": "eagle2", "tau": 2.25,
+                      "tau_se": 0.125, "tau_counts_per_prompt": [[9, 4]] * 4}}}
+    (tmp_path / RESULTS).mkdir(parents=True)
+    (tmp_path / RESULTS / EVAL_OTHER).write_text(json.dumps(doc))
+    text = "\n".join(other_sets_lines(Files(tmp_path)))
+    assert "| humaneval | 4 | 2.25 ± 0.125 |" in text and "eagle1" in text
+    del doc["other_sets"]
+    (tmp_path / RESULTS / EVAL_OTHER).write_text(json.dumps(doc))
+    with pytest.raises(EagleMiniError, match="no other_sets"):
+        other_sets_lines(Files(tmp_path))

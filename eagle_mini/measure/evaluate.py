@@ -166,6 +166,10 @@ def tau_curve(docs: list[dict], goal: float | None = None) -> dict:
         for key in ("prompts", "tree", "max_new_tokens"):
             if d["mtbench"][key] != first[key]:
                 raise EagleMiniError(f"the results differ in MT-bench {key}; rerun eval-head to match")
+    kinds = {d.get("head_kind") for d in docs}
+    if len(kinds) > 1:
+        raise EagleMiniError(f"the results come from heads of different kinds ({sorted(map(str, kinds))}): "
+                             "a curve follows one head")
     tokens = torch.tensor([d["head_tokens_seen"] for d in docs], dtype=torch.float64)
     if len(set(tokens.tolist())) < 2:
         raise EagleMiniError("the results share one training-token count: no curve to fit")
@@ -177,6 +181,8 @@ def tau_curve(docs: list[dict], goal: float | None = None) -> dict:
     a, b = _loglinear(tokens, draws)
     out = {"points": [{"tokens": int(n), "tau": interval(arm), "command": d.get("command")}
                       for n, arm, d in zip(tokens.tolist(), arms, docs)],
+           "head_kind": kinds.pop(), "head": docs[-1].get("head"),
+           "head_training_commands": docs[-1].get("head_training_commands"),
            "setting": {k: first[k] for k in ("prompts", "tree", "max_new_tokens")},
            "fit": {"form": "tau = intercept + per_doubling * log2(tokens)",
                    "intercept": float(a0),

@@ -28,12 +28,16 @@ COMMAND = "python -m eagle_mini results-md"
 RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
 COST, COST_BF16 = "cost_curve_smollm2-135m_cpu.json", "cost_curve_smollm2-135m_cpu_bf16.json"
 EVAL, EVAL_PAPER_TREE = "eval_head_smollm2-135m.json", "eval_head_smollm2-135m_paper_tree.json"
+EVAL_OTHER = "eval_head_smollm2-135m_other_prompts.json"   # `eval-head --also humaneval,sharegpt-test`
 LOSSLESS, ABLATION, CLAIMS = "check_lossless.json", "uncertainty.json", "paper_vs_ours.json"
 REHEARSAL = "rehearsal_vicuna-7b.json"   # `rehearse`: the 7B path run end to end, random weights
-# compare-heads files, one per EAGLE-3 training-time-test depth tried (the probe of `--unroll`)
-EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_equal_tokens.json")
+# compare-heads files: one per EAGLE-3 training-time-test depth tried at ~524k tokens (the probe of
+# `--unroll`), then the ~2M-token pair whose EAGLE-3 arm is the shipped head
+EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_equal_tokens.json",
+                "eagle3_vs_eagle1_equal_tokens_2m.json")
 # tau-curve files: one head's tau against its training tokens (snapshots of one run)
-CURVES = ("eagle3_unroll5_curve/tau_curve.json",)
+CURVES = ("eagle3_unroll5_curve/tau_curve.json", "eq2m_curve/tau_curve_eagle3.json",
+          "eq2m_curve/tau_curve_eagle1.json")
 BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtbench_T0",
            "bench_smollm2-135m_cpu_mtbench_T1")
 EAGLE_METHODS = ("eagle-chain", "eagle", "eagle2", "auto", "eagle3")
@@ -168,8 +172,26 @@ def head_section(f: Files) -> list[str]:
             f"**Teacher-forced** on ShareGPT test conversations ({tt['counts'][0][1]:,} positions "
             f"scored at step 0): top-1 {tt['top1']:.3f}, n-alpha for n = 0..{len(tt['alpha']) - 1}: "
             + " / ".join(f"{a:.3f}" for a in tt["alpha"]) + ".", "",
-            source(EVAL, e), "", source(EVAL_PAPER_TREE, p), "",
+            source(EVAL, e), "", source(EVAL_PAPER_TREE, p), "", *other_sets_lines(f),
             f"For scale, the paper's figure: {PAPER_HEAD}, after far more training.", ""]
+
+
+def other_sets_lines(f: Files) -> list[str]:
+    """tau of the shipped head on prompt sets other than MT-bench (`eval-head --also`)."""
+    if not f.path(EVAL_OTHER).exists():
+        return ["**Other prompt sets** (HumanEval, ShareGPT test-split first turns): not measured "
+                f"yet; `python -m eagle_mini eval-head --also humaneval,sharegpt-test --out "
+                f"{RESULTS}/{EVAL_OTHER}` measures them.", ""]
+    o = f.json(EVAL_OTHER)
+    rows = [[name, s["prompts"], f"{s['tau']:.2f} ± {s['tau_se']:.3f}"]
+            for name, s in o.get("other_sets", {}).items()]
+    if not rows:
+        raise EagleMiniError(f"{f.path(EVAL_OTHER)} has no other_sets: rerun it with --also")
+    s = next(iter(o["other_sets"].values()))
+    return [f"**Other prompt sets**, decoded the same way (tree `{tree_name(s['tree'])}`, "
+            f"{s['max_new_tokens']} new tokens, prompts spread over each set), with "
+            f"{short_head(o['head'])}:", "",
+            *table(["prompt set", "prompts", "tau ± s.e."], rows), "", source(EVAL_OTHER, o), ""]
 
 
 def ablation_section(f: Files) -> list[str]:
@@ -258,7 +280,8 @@ def equal_tokens_section(f: Files) -> list[str]:
         verdict = ("lies above 0: the second head accepts more per cycle" if c["b_beats_a"] else
                    "lies below 0: the second head accepts fewer per cycle" if d["high"] < 0 else
                    "includes 0: no difference shown at this budget")
-        out += [f"### {c['b']['kind']} unrolled {unroll_of(c['b'].get('training_commands'))} steps "
+        out += [f"### {c['b']['kind']} unrolled {unroll_of(c['b'].get('training_commands'))} steps, "
+                f"{c['b']['training_tokens']:,} training tokens "
                 f"(equal training tokens: {c['equal_training_tokens']})", "",
                 *table(["head", "training tokens", "MT-bench tau [95%]", "made by"], rows), "",
                 f"**{c['b']['kind']} - {c['a']['kind']}: {iv(d, '+')}**; the interval {verdict}. "
@@ -275,7 +298,7 @@ def curve_lines(c: dict, name: str) -> list[str]:
     def iv(q, fmt=".3f"):
         return f"{q['estimate']:{fmt}} [{q['low']:{fmt}}, {q['high']:{fmt}}]"
     b = c["fit"]["per_doubling"]
-    out = ["### tau against training tokens", "",
+    out = [f"### tau against training tokens: {c.get('head_kind') or 'a'} head, {c.get('head') or name}", "",
            "The points are snapshots of one run (`scripts/head_from_checkpoint.py`), each at its "
            "place in that run's learning-rate schedule, not separate runs sized to each budget.", "",
            *table(["training tokens", "MT-bench tau [95%]"],
