@@ -153,3 +153,21 @@ def test_results_md_shows_other_prompt_sets_or_says_they_are_missing(tmp_path):
     (tmp_path / RESULTS / EVAL_OTHER).write_text(json.dumps(doc))
     with pytest.raises(EagleMiniError, match="no other_sets"):
         other_sets_lines(Files(tmp_path))
+
+
+def test_results_md_shows_acceptance_by_depth_from_the_compared_files(tmp_path):
+    from eagle_mini.measure.report import EQUAL_TOKENS, RESULTS, Files, equal_tokens_section
+    a, b = result([[3, 2]] * 4, 1000), result([[4, 2]] * 4, 1000, kind="eagle3")
+    a["mtbench"]["acceptance_per_depth"] = {"1": 0.5, "2": 0.25, "10": 0.125}
+    b["mtbench"]["acceptance_per_depth"] = {"1": 0.75, "2": 0.5}
+    (tmp_path / RESULTS).mkdir(parents=True)
+    files = []
+    for name, doc in (("a.json", a), ("b.json", b)):
+        (tmp_path / RESULTS / name).write_text(json.dumps(doc))
+        files.append(f"{RESULTS}/{name}")
+    comp = {"command": "compare-heads", "files": files, **compare_heads(a, b)}
+    (tmp_path / RESULTS / EQUAL_TOKENS[0]).write_text(json.dumps(comp))
+    text = "\n".join(equal_tokens_section(Files(tmp_path)))
+    assert "eagle1 0.50 / 0.25 / 0.12; eagle3 0.75 / 0.50." in text   # depths in number order
+    (tmp_path / RESULTS / "b.json").unlink()                           # a file gone: no line
+    assert "Acceptance rate" not in "\n".join(equal_tokens_section(Files(tmp_path)))

@@ -286,11 +286,28 @@ def equal_tokens_section(f: Files) -> list[str]:
                 *table(["head", "training tokens", "MT-bench tau [95%]", "made by"], rows), "",
                 f"**{c['b']['kind']} - {c['a']['kind']}: {iv(d, '+')}**; the interval {verdict}. "
                 "The heads' training commands are in the file (`training_commands`).", "",
+                *depth_lines(c, f.root),
                 f"*File `{RESULTS}/{name}`, made by `{c['command']}`.*", ""]
     for name in CURVES:
         if f.path(name).exists():
             out += curve_lines(f.json(name), name)
     return out
+
+
+def depth_lines(c: dict, root: Path) -> list[str]:
+    """The two `eval-head` files' acceptance rate at each tree depth (mean over prompts), where
+    the comparison's files are still there: which depths a difference in tau comes from."""
+    docs = [Path(root) / name for name in c.get("files", [])]
+    if len(docs) != 2 or not all(d.exists() for d in docs):
+        return []
+    by = [json.loads(d.read_text())["mtbench"].get("acceptance_per_depth") for d in docs]
+    if not all(by):
+        return []
+    parts = [f"{arm['kind']} " + " / ".join(f"{r:.2f}" for _, r in sorted(rates.items(), key=lambda kv: int(kv[0])))
+             for arm, rates in zip((c["a"], c["b"]), by)]
+    return [f"Acceptance rate at tree depth 1, 2, ... (the mean over the prompts whose cycles "
+            f"reached that depth, from the two files): "
+            f"{'; '.join(parts)}.", ""]
 
 
 def curve_lines(c: dict, name: str) -> list[str]:
