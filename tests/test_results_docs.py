@@ -78,3 +78,13 @@ def test_a_notebooks_run_time_is_read_from_its_cell_timestamps(tmp_path):
 def test_without_a_rehearsal_file_the_section_says_how_to_make_one(tmp_path):
     lines = report.rehearsal_section(report.Files(tmp_path))
     assert "Not run yet" in "\n".join(lines) and "rehearse" in "\n".join(lines)
+
+
+def test_a_bench_run_is_called_current_only_with_the_shipped_heads_token_count(tmp_path):
+    head = tmp_path / report.HEAD
+    head.mkdir(parents=True)
+    (head / "config.json").write_text(json.dumps({"tokens_seen": 18692439}))
+    f = report.Files(tmp_path)
+    assert report.uses_shipped_head(f, {"head": "shipped EAGLE-1 head x (18,692,439 training tokens)"})
+    assert not report.uses_shipped_head(f, {"head": "shipped head x (10,130,252 training tokens)"})
+    assert not report.uses_shipped_head(f, {"head": "a head with no token count"})
