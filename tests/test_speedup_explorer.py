@@ -4,6 +4,7 @@ committed bench runs, and the walk from the model to the measurement.
 Oracles: `measure.auto.predict` (the model `bench` prints), each bench file's own
 `predicted_speedup` and `speedup`, and the numbers notebook 06 computes from the file.
 """
+import json
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from eagle_mini.course.predictions import check_prediction
 from eagle_mini.course.speedup_explorer import (SpeedupExplorer, bench_runs, break_even_tau, cost_curves,
                                                 explore, gap_steps, leave_one_out, method_costs, points,
                                                 predicted_speedup)
+from eagle_mini.errors import EagleMiniError
 from eagle_mini.measure.auto import predict, relative_cost
 
 
@@ -124,3 +126,17 @@ def test_widget_moves_change_the_prediction(runs):
     ui.verify.value = 1.0
     ui.draft.value = 0.0
     assert ui.state()["speedup"] == 3.0 and ui.n.disabled and not ui.verify.disabled
+
+
+def test_bench_runs_label_a_reduced_precision_run_apart_and_refuse_a_clash(tmp_path):
+    def write(name, machine):
+        d = tmp_path / "data" / "results" / name
+        d.mkdir(parents=True)
+        (d / "bench.json").write_text(json.dumps({"dtype": "float32", "temperature": 0.0, "machine": machine}))
+
+    write("bench_a", {"cpu": "x"})
+    write("bench_b", {"cpu": "x", "fp32_matmul_precision": "medium"})
+    assert set(bench_runs(tmp_path / "data" / "results")) == {"float32 T=0", "float32 T=0 matmul medium"}
+    write("bench_c", {"cpu": "y"})
+    with pytest.raises(EagleMiniError, match="share the label"):
+        bench_runs(tmp_path / "data" / "results")

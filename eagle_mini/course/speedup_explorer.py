@@ -31,6 +31,7 @@ the context length, and the machine's drift between the curve and the generation
 import json
 from pathlib import Path
 
+from ..errors import EagleMiniError
 from ..measure.auto import relative_cost
 
 RESULTS = Path(__file__).resolve().parents[2] / "data" / "results"
@@ -65,12 +66,18 @@ def explore(tau: float, draft_cost: float, curve: dict | None = None, n: float |
 
 
 def bench_runs(results: Path = RESULTS) -> dict[str, dict]:
-    """Every committed bench run, labelled by dtype and temperature ("float32 T=0", ...)."""
+    """Every committed bench run, labelled by dtype and temperature ("float32 T=0", ...), and by
+    fp32 matmul precision where it was not the exact default ("float32 T=0 matmul medium")."""
     runs = {}
     for path in sorted(results.glob("bench_*/bench.json")):
         b = json.loads(path.read_text())
         b["path"] = str(path.relative_to(results.parent.parent))
-        runs[f"{b['dtype']} T={b['temperature']:g}"] = b
+        precision = b.get("machine", {}).get("fp32_matmul_precision")
+        label = f"{b['dtype']} T={b['temperature']:g}" + (f" matmul {precision}" if precision else "")
+        if label in runs:
+            raise EagleMiniError(f"two bench runs share the label {label!r}: {runs[label]['path']} "
+                                 f"and {b['path']}")
+        runs[label] = b
     return runs
 
 
