@@ -12,14 +12,13 @@ ratios, not with a whole forward).
     python scripts/probe_linear_kernels.py --threads 2
 """
 import argparse
-import json
 import time
 
 import torch
 from torch.utils import mkldnn
 
 from eagle_mini import load_target
-from eagle_mini.results import machine_info
+from eagle_mini.results import machine_info, results_json
 
 
 def median_ms(fn, x, repeats):
@@ -49,9 +48,7 @@ def main():
             aten = onednn = diff = 0.0
             for lin in linears:
                 x = torch.randn(m, lin.in_features)
-                fast = mkldnn.to_mkldnn(torch.nn.Sequential(torch.nn.Linear(
-                    lin.in_features, lin.out_features, bias=lin.bias is not None)))
-                fast[0].weight = torch.nn.Parameter(lin.weight.detach().to_mkldnn(), requires_grad=False)
+                fast = mkldnn.to_mkldnn(torch.nn.Sequential(lin))   # a oneDNN copy: weight and bias
                 aten += median_ms(lambda v: torch.nn.functional.linear(v, lin.weight, lin.bias), x, args.repeats)
                 onednn += median_ms(lambda v: fast(v.to_mkldnn()).to_dense(), x, args.repeats)
                 a = torch.nn.functional.linear(x, lin.weight, lin.bias)
@@ -63,10 +60,10 @@ def main():
     print("relative to ATen at M=1:", {r["rows"]: (round(r["aten_ms"] / base, 2), round(r["onednn_ms"] / base, 2))
                                        for r in rows}, "(ATen, oneDNN)")
     if args.out:
+        command = "python scripts/probe_linear_kernels.py " + " ".join(
+            f"--{k} {v}" for k, v in vars(args).items() if v is not None and k != "out")
         with open(args.out, "w") as f:
-            json.dump({"command": "python scripts/probe_linear_kernels.py " + " ".join(
-                f"--{k} {v}" for k, v in vars(args).items() if v is not None and k != "out"),
-                "rows": rows, "machine": machine_info()}, f, indent=2)
+            f.write(results_json({"command": command, "rows": rows, "machine": machine_info()}))
 
 
 if __name__ == "__main__":
