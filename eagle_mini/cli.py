@@ -170,6 +170,10 @@ def build_parser() -> Parser:
                         "of the draft vocabulary with its final norm (starts at a CE above "
                         "uniform's, see the head's EXPERIMENTS.md), or frozen: those rows, never "
                         "trained (as EAGLE-1 reads the target's lm_head)")
+    t.add_argument("--norm-init-scale", type=float, default=1.0,
+                   help="with --lm-head-init target or frozen: start the head's final norm at the "
+                        "target's times this (in [0, 1]; small values start near a uniform "
+                        "guess instead of confident, wrong logits)")
     t.add_argument("--unroll", type=positive_int, default=None,
                    help="training-time test (EAGLE-3 §3): draft steps per position, each reading "
                         "the head's own output; default 1 for eagle1 (EAGLE-1's loss), 7 for "
@@ -214,6 +218,9 @@ def build_parser() -> Parser:
     b.add_argument("--temperature", type=float, default=0.0)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--quick", action="store_true", help="3 prompts x 32 tokens (<= 3 minutes)")
+    b.add_argument("--curve-rounds", type=positive_int, default=4,
+                   help="measure the cost curve in this many rounds spread over the run (the "
+                        "first before the prompts), pooled for the predictions")
     b.add_argument("--out", default=None, help="output folder (default data/results/bench_...)")
 
     e = sub.add_parser("eval-head", help="top-1, n-alpha (test split) and tau (MT-bench)")
@@ -544,7 +551,7 @@ def cmd_bench(args):
     n, tokens = (3, 32) if args.quick else (args.n, args.max_new_tokens)
     result = bench(target, head, methods, args.dataset,
                    n, tokens, args.temperature, args.seed, head_note=note,
-                   curve_repeats=3 if args.quick else 5)
+                   curve_repeats=3 if args.quick else 5, curve_rounds=args.curve_rounds)
     result["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
     name = f"bench_{args.model.replace('/', '_')}_{args.device}_{args.dataset}_T{args.temperature:g}"
     out = save(result, Path(args.out or Path("data/results") / (name + ("_quick" if args.quick else ""))))

@@ -119,14 +119,19 @@ class Eagle3Head(nn.Module):
         self._shared = {"embed": target.model.model.embed_tokens, "target_lm_head": weight}
         return self.to(device=weight.device, dtype=weight.dtype)
 
-    def init_from_target(self, target) -> "Eagle3Head":
+    def init_from_target(self, target, norm_scale: float = 1.0) -> "Eagle3Head":
         """Warm start (ours, not the authors' random lm_head): lm_head = the target's rows of the
-        draft vocabulary, norm = the target's final norm. A head whose output equals the target's
-        last pre-norm hidden state then already predicts the target's next token."""
+        draft vocabulary, norm = the target's final norm times `norm_scale`. A head whose output
+        equals the target's last pre-norm hidden state then already predicts the target's next
+        token. A random layer's output read through those rows gives confident, wrong logits (a
+        cross-entropy far above a uniform guess's); a small `norm_scale` starts near uniform
+        instead, and the norm's weight learns its own size."""
+        if not 0.0 <= norm_scale <= 1.0:
+            raise EagleMiniError(f"the warm start's norm scale lies in [0, 1], got {norm_scale}")
         with torch.no_grad():
             rows = target.model.lm_head.weight[self.draft_to_target.to(target.device)]
             self.lm_head.weight.copy_(rows.to(self.lm_head.weight.dtype))
-            self.norm.weight.copy_(target.model.model.norm.weight.to(self.norm.weight.dtype))
+            self.norm.weight.copy_(norm_scale * target.model.model.norm.weight.to(self.norm.weight.dtype))
         return self
 
     def freeze_lm_head(self) -> "Eagle3Head":
@@ -215,10 +220,10 @@ class Eagle3Head(nn.Module):
 
 
 def new_eagle3_head(target, seed: int = 0, draft_vocab=None, warm_start: bool = True,
-                    freeze_lm_head: bool = False, **kw) -> Eagle3Head:
+                    freeze_lm_head: bool = False, norm_scale: float = 1.0, **kw) -> Eagle3Head:
     """A randomly initialized EAGLE-3 head for `target`, attached; `warm_start` copies the
-    target's lm_head rows and final norm (`Eagle3Head.init_from_target`), `freeze_lm_head` then
-    keeps those rows (`Eagle3Head.freeze_lm_head`)."""
+    target's lm_head rows and final norm, scaled by `norm_scale` (`Eagle3Head.init_from_target`),
+    `freeze_lm_head` then keeps those rows (`Eagle3Head.freeze_lm_head`)."""
     if freeze_lm_head and not warm_start:
         raise EagleMiniError("a frozen lm_head must start from the target's rows (warm_start): "
                              "a random one would never learn")
@@ -226,5 +231,5 @@ def new_eagle3_head(target, seed: int = 0, draft_vocab=None, warm_start: bool = 
     head = Eagle3Head(target.config, draft_vocab=draft_vocab, target_name=target.name, **kw)
     head = head.float().attach(target)
     if warm_start:
-        head.init_from_target(target)
+        head.init_from_target(target, norm_scale)
     return head.freeze_lm_head() if freeze_lm_head else head

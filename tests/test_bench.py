@@ -1,5 +1,6 @@
 """The benchmark in --quick form on a tiny model: every method runs, ratios are consistent."""
 import json
+import statistics
 
 import pytest
 import torch
@@ -30,10 +31,27 @@ def test_bench_runs_every_method_on_a_tiny_model(tmp_path):
     assert json.loads((out / "bench.json").read_text())["methods"]["eagle2"]["tau"] >= 1
     assert (out / "bench.png").stat().st_size > 0
     assert "| eagle2 |" in markdown_table(result)
+    curve = result["cost_curve"]   # default: 4 rounds, the first before the prompts
+    assert curve["rounds"] == 4 and len(curve["rounds_ms"]) == 4 and curve["repeats"] == 4
+    assert all(len(s) == 4 for s in curve["samples_ms"])
+    assert curve["median_ms"][0] == statistics.median(curve["samples_ms"][0])
+    assert "in 4 rounds spread over the run" in markdown_table(result)
     assert result["kernels"] is None  # a tiny target built in memory: nobody chose its kernels
     from eagle_mini.measure.kernels import use_kernels
     result["kernels"] = use_kernels(target, "stock")
     assert "stock kernels (asked for)" in markdown_table(result).splitlines()[0]
+
+
+def test_pooled_cost_curve_rejects_rounds_of_other_sizes():
+    from eagle_mini.errors import EagleMiniError
+    from eagle_mini.measure.bench import curve_round_points
+    from eagle_mini.measure.profile import pool_cost_curves
+    a = {"ns": [1, 2], "prefix_len": 8, "samples_ms": [[1.0], [2.0]], "median_ms": [1.0, 2.0]}
+    with pytest.raises(EagleMiniError, match="same sizes"):
+        pool_cost_curves([a, {**a, "ns": [1, 4]}])
+    with pytest.raises(EagleMiniError, match="at least one round"):
+        curve_round_points(10, 0)
+    assert curve_round_points(3, 4) == {1, 2, 3}
 
 
 def test_relative_cost_interpolates_the_curve():

@@ -25,7 +25,7 @@ from .auto import choose_auto_tree, predict
 from .evaluate import pooled_tau
 from .methods import named_tree_of, pick_head, run_method
 from .kernels import kernels_note
-from .profile import cost_curve
+from .profile import cost_curve, pool_cost_curves
 from ..results import machine_info, results_json
 
 METHODS = ("vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2", "auto")
@@ -86,10 +86,13 @@ def calibration_prompts(measured, k: int = 2) -> list[str]:
 
 def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens=128,
           temperature=0.0, seed=0, progress=True, head_note="", prompts=None,
-          curve_repeats=5) -> dict:
+          curve_repeats=5, curve_rounds=4) -> dict:
     """Run every method on the same prompts, interleaved; return per-method aggregates.
 
     `prompts` (strings or token-id lists) replaces the dataset, e.g. for tiny test models.
+    The cost curve is measured in `curve_rounds` rounds of `curve_repeats`: one before the
+    prompts (it calibrates `auto`), the rest spread between them and after the last, pooled by
+    `pool_cost_curves` for the predictions, so the curve sees the moments the generations do.
     """
     bad = [m for m in methods if m not in KNOWN]
     if bad:
@@ -103,8 +106,12 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
     else:
         dataset, calibration = "custom", prompts[:1]
     prefix = min(200, target.context_length // 4)
-    curve = cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), repeats=curve_repeats,
-                       prefix_len=prefix, progress=progress)
+    def curve_round():
+        return cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), repeats=curve_repeats,
+                          prefix_len=prefix, progress=progress)
+    rounds = [curve_round()]
+    curve = rounds[0]
+    later = curve_round_points(len(prompts), curve_rounds)
     auto_tree, auto_scores = None, None
     if "auto" in methods:
         auto_tree, auto_scores = choose_auto_tree(target, pick_head("auto", head), curve, calibration)
@@ -114,6 +121,8 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
     outputs = defaultdict(list)
     bar = _progress(len(prompts) * len(methods), progress)
     for i, prompt in enumerate(prompts):
+        if i in later:
+            rounds.append(curve_round())
         order = list(methods[i % len(methods):]) + list(methods[:i % len(methods)])
         for m in order:
             out, stats = run_one(target, head, m, prompt, max_new_tokens, temperature, seed + i,
@@ -122,6 +131,9 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
             outputs[m].append(out)
             bar.update(1)
     bar.close()
+    if len(prompts) in later:
+        rounds.append(curve_round())
+    curve = pool_cost_curves(rounds)
     result = {"dataset": dataset, "n": len(prompts), "selection": "evenly spaced over the set",
               "calibration_prompts": len(calibration), "max_new_tokens": max_new_tokens,
               "temperature": temperature, "target": target.name,
@@ -141,6 +153,18 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
             result["methods"][m]["first_difference"] = first_difference_margins(
                 target, prompts, outputs[m], outputs["vanilla"], gaps)
     return result
+
+
+def curve_round_points(n_prompts: int, rounds: int) -> set[int]:
+    """Before which prompts (n_prompts: after the last) a bench measures its later cost-curve
+    rounds; the first round runs before everything.
+
+        >>> sorted(curve_round_points(20, 4)), curve_round_points(20, 1)
+        ([7, 13, 20], set())
+    """
+    if rounds < 1:
+        raise EagleMiniError(f"a bench measures its cost curve in at least one round, got {rounds}")
+    return {round(k * n_prompts / (rounds - 1)) for k in range(1, rounds)} if rounds > 1 else set()
 
 
 def _common_prefix(a, b) -> int:
@@ -256,6 +280,13 @@ def markdown_table(result) -> str:
                    f"{r['prefix_agreement']:.0%} of tokens before the first difference)")
         lines.append(f"| {m} | {r['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {pred} | "
                      f"{tau} | {r['tokens_per_forward']:.2f} | {split} | {eq} |")
+    c = result["cost_curve"]
+    if "rounds_ms" in c and 16 in c["ns"]:
+        k = c["ns"].index(16)
+        lines += ["", f"Cost curve for `predicted`: c(1) {c['median_ms'][0]:.1f} ms, c(16)/c(1) "
+                  f"{c['relative'][k]:.2f}, medians of {c['repeats']} forwards in {c['rounds']} "
+                  "rounds spread over the run; each round's c(1) and c(16)/c(1): " + ", ".join(
+                      f"{r[0]:.1f} ms / {r[k] / r[0]:.2f}" for r in c["rounds_ms"])]
     notes = [(m, r["first_difference"]) for m, r in result["methods"].items()
              if r.get("first_difference")]
     if notes:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..errors import EagleMiniError
 from ..results import machine_info, results_json
 from ..target import crop_cache
 
@@ -73,7 +74,8 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
 
     def curve(v):
         median = [statistics.median(times[v, n]) for n in ns]
-        return {"median_ms": [1000 * m for m in median], "relative": [m / median[0] for m in median]}
+        return {"median_ms": [1000 * m for m in median], "relative": [m / median[0] for m in median],
+                "samples_ms": [[round(1000 * t, 3) for t in times[v, n]] for n in ns]}
 
     head_ms = _head_cost(target, ns, repeats, g) if with_head else None
     out = {"head_median_ms": head_ms, "target": target.name,
@@ -164,6 +166,33 @@ def op_breakdown(target, ns=(1, 2, 16), prefix_len: int = 200, repeats: int = 5,
                     "top_ops_ms": dict(top)})
     return {"target": target.name, "dtype": str(target.dtype).replace("torch.", ""),
             "prefix_len": prefix_len, "repeats": repeats, "by_n": out, "machine": machine_info()}
+
+
+def pool_cost_curves(curves: list[dict]) -> dict:
+    """One cost curve from several `cost_curve` rounds of one run (same target, sizes, prefix):
+    medians over every round's samples, and each round's own medians under `"rounds_ms"`.
+
+    A bench measures its curve in rounds spread over the run (`bench(curve_rounds=...)`), so the
+    curve sees the same moments of a noisy machine as the generations it is compared with; one
+    round at the start read c(1) 14% apart on two runs of one machine within the hour.
+
+        >>> a = {"ns": [1, 2], "prefix_len": 8, "repeats": 2, "median_ms": [10.0, 20.0],
+        ...      "samples_ms": [[9.0, 11.0], [19.0, 21.0]]}
+        >>> b = {"ns": [1, 2], "prefix_len": 8, "repeats": 2, "median_ms": [30.0, 40.0],
+        ...      "samples_ms": [[29.0, 31.0], [39.0, 41.0]]}
+        >>> c = pool_cost_curves([a, b])
+        >>> c["median_ms"], c["relative"], c["repeats"], c["rounds_ms"]
+        ([20.0, 30.0], [1.0, 1.5], 4, [[10.0, 20.0], [30.0, 40.0]])
+    """
+    first = curves[0]
+    for c in curves[1:]:
+        if c["ns"] != first["ns"] or c["prefix_len"] != first["prefix_len"]:
+            raise EagleMiniError("cost curves pool only over the same sizes and prefix")
+    samples = [[t for c in curves for t in c["samples_ms"][i]] for i in range(len(first["ns"]))]
+    median = [statistics.median(s) for s in samples]
+    return {**first, "median_ms": median, "relative": [m / median[0] for m in median],
+            "samples_ms": samples, "repeats": len(samples[0]), "rounds": len(curves),
+            "rounds_ms": [c["median_ms"] for c in curves]}
 
 
 def _head_cost(target, ns, repeats, g) -> list[float]:
