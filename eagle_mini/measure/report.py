@@ -34,7 +34,7 @@ REHEARSAL = "rehearsal_vicuna-7b.json"   # `rehearse`: the 7B path run end to en
 # compare-heads files: one per EAGLE-3 training-time-test depth tried at ~524k tokens (the probe of
 # `--unroll`), then the ~2M-token pair whose EAGLE-3 arm is the shipped head
 EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_equal_tokens.json",
-                "eagle3_vs_eagle1_equal_tokens_2m.json")
+                "eagle3_warm_vs_eagle1_equal_tokens.json", "eagle3_vs_eagle1_equal_tokens_2m.json")
 # tau-curve files: one head's tau against its training tokens (snapshots of one run)
 CURVES = ("eagle3_unroll5_curve/tau_curve.json", "eq2m_curve/tau_curve_eagle3.json",
           "eq2m_curve/tau_curve_eagle1.json")
@@ -253,6 +253,56 @@ def unroll_of(commands) -> str:
     return found[-1] if found else "?"
 
 
+def lm_head_init_of(commands) -> str:
+    """How an EAGLE-3 head's training commands started its lm_head, for a label.
+
+        >>> lm_head_init_of(["train-head --kind eagle3 --unroll 5"])
+        "random (the authors')"
+        >>> lm_head_init_of(["train-head --kind eagle3 --lm-head-init target --norm-init-scale 0.1"])
+        "the target's rows, norm x0.1 (ours)"
+    """
+    text = " ".join(c or "" for c in commands or [])
+    init = re.search(r"--lm-head-init (\w+)", text)
+    if not init or init.group(1) == "random":
+        return "random (the authors')"
+    scale = re.search(r"--norm-init-scale ([0-9.]+)", text)
+    return ("the target's rows" + (", frozen" if init.group(1) == "frozen" else "")
+            + (f", norm x{scale.group(1)}" if scale else "") + " (ours)")
+
+
+_SAME_RUN = {"--out", "--work", "--stop-after", "--log-every", "--ckpt-every", "--eval-every",
+             "--threads"}   # where a run writes, how often it reports, how it is split: not training
+
+
+def training_flags(commands) -> dict:
+    """`train-head` options of a head's commands (later sittings override earlier ones), without
+    those that change no weight (`_SAME_RUN`).
+
+        >>> training_flags(["train-head --stream --lr 1e-3 --out a --stop-after 5", "train-head --lr 2e-3"])
+        {'--stream': '', '--lr': '2e-3'}
+    """
+    flags = {}
+    for c in commands or []:
+        words = (c or "").split()
+        for i, w in enumerate(words):
+            if w.startswith("--") and w not in _SAME_RUN:
+                nxt = words[i + 1] if i + 1 < len(words) else ""
+                flags[w] = "" if nxt.startswith("--") else nxt
+    return flags
+
+
+def arm_differences(a_commands, b_commands) -> list[str]:
+    """The training options two arms of a comparison do not share, e.g. `--mixed-precision`, as
+    "flag: a's value / b's value" ("-" where an arm does not give it).
+
+        >>> arm_differences(["train-head --kind eagle1 --lr 1e-3"], ["train-head --kind eagle3 --lr 1e-3 --seed 0"])
+        ['--kind: eagle1 / eagle3', '--seed: - / 0']
+    """
+    a, b = training_flags(a_commands), training_flags(b_commands)
+    return [f"{k}: {a.get(k, '-') or 'set'} / {b.get(k, '-') or 'set'}"
+            for k in sorted(set(a) | set(b), key=lambda k: (k not in a, k)) if a.get(k) != b.get(k)]
+
+
 def equal_tokens_section(f: Files) -> list[str]:
     """EAGLE-3 against EAGLE-1 trained from scratch on the same records (`compare-heads`), one
     comparison per EAGLE-3 unroll depth tried."""
@@ -281,11 +331,15 @@ def equal_tokens_section(f: Files) -> list[str]:
                    "lies below 0: the second head accepts fewer per cycle" if d["high"] < 0 else
                    "includes 0: no difference shown at this budget")
         out += [f"### {c['b']['kind']} unrolled {unroll_of(c['b'].get('training_commands'))} steps, "
+                f"lm_head {lm_head_init_of(c['b'].get('training_commands'))}, "
                 f"{c['b']['training_tokens']:,} training tokens "
                 f"(equal training tokens: {c['equal_training_tokens']})", "",
                 *table(["head", "training tokens", "MT-bench tau [95%]", "made by"], rows), "",
                 f"**{c['b']['kind']} - {c['a']['kind']}: {iv(d, '+')}**; the interval {verdict}. "
-                "The heads' training commands are in the file (`training_commands`).", "",
+                "The heads' training commands are in the file (`training_commands`); their "
+                f"options that differ ({c['a']['kind']} / {c['b']['kind']}): "
+                + "; ".join(f"`{x}`" for x in arm_differences(c["a"].get("training_commands"),
+                                                           c["b"].get("training_commands"))) + ".", "",
                 *depth_lines(c, f.root),
                 f"*File `{RESULTS}/{name}`, made by `{c['command']}`.*", ""]
     for name in CURVES:
