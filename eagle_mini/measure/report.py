@@ -336,8 +336,9 @@ def equal_tokens_section(f: Files) -> list[str]:
                 f"(equal training tokens: {c['equal_training_tokens']})", "",
                 *table(["head", "training tokens", "MT-bench tau [95%]", "made by"], rows), "",
                 f"**{c['b']['kind']} - {c['a']['kind']}: {iv(d, '+')}**; the interval {verdict}. "
-                "The heads' training commands are in the file (`training_commands`); their "
-                f"options that differ ({c['a']['kind']} / {c['b']['kind']}): "
+                "The heads' training commands are in the file (`training_commands`); the options "
+                f"they write differently ({c['a']['kind']} / {c['b']['kind']}, `-` where a command "
+                "leaves the default): "
                 + "; ".join(f"`{x}`" for x in arm_differences(c["a"].get("training_commands"),
                                                            c["b"].get("training_commands"))) + ".", "",
                 *depth_lines(c, f.root),
