@@ -32,7 +32,8 @@ EVAL_OTHER = "eval_head_smollm2-135m_other_prompts.json"   # `eval-head --also h
 LOSSLESS, ABLATION, CLAIMS = "check_lossless.json", "uncertainty.json", "paper_vs_ours.json"
 REHEARSAL = "rehearsal_vicuna-7b.json"   # `rehearse`: the 7B path run end to end, random weights
 # compare-heads files: one per EAGLE-3 training-time-test depth tried at ~524k tokens (the probe of
-# `--unroll`), then the ~2M-token pair whose EAGLE-3 arm is the shipped head
+# `--unroll`), the warm-started lm_head at ~524k (ours), then the ~2M-token pair whose EAGLE-3 arm is
+# the shipped head
 EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_equal_tokens.json",
                 "eagle3_warm_vs_eagle1_equal_tokens.json", "eagle3_vs_eagle1_equal_tokens_2m.json")
 # tau-curve files: one head's tau against its training tokens (snapshots of one run)
