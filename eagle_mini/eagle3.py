@@ -227,6 +227,9 @@ def new_eagle3_head(target, seed: int = 0, draft_vocab=None, warm_start: bool = 
     if freeze_lm_head and not warm_start:
         raise EagleMiniError("a frozen lm_head must start from the target's rows (warm_start): "
                              "a random one would never learn")
+    if norm_scale != 1.0 and not warm_start:
+        raise EagleMiniError("a norm scale scales the warm start's norm (warm_start: "
+                             "--lm-head-init target or frozen); a random lm_head has none")
     torch.manual_seed(seed)
     head = Eagle3Head(target.config, draft_vocab=draft_vocab, target_name=target.name, **kw)
     head = head.float().attach(target)

@@ -250,8 +250,7 @@ def unroll_of(commands) -> str:
         >>> unroll_of(["python -m eagle_mini train-head --kind eagle3 --unroll 5 --out x"])
         '5'
     """
-    found = [m.group(1) for c in commands or [] for m in [re.search(r"--unroll (\d+)", c or "")] if m]
-    return found[-1] if found else "?"
+    return training_flags(commands).get("--unroll") or "?"
 
 
 def lm_head_init_of(commands) -> str:
@@ -262,13 +261,13 @@ def lm_head_init_of(commands) -> str:
         >>> lm_head_init_of(["train-head --kind eagle3 --lm-head-init target --norm-init-scale 0.1"])
         "the target's rows, norm x0.1 (ours)"
     """
-    text = " ".join(c or "" for c in commands or [])
-    init = re.search(r"--lm-head-init (\w+)", text)
-    if not init or init.group(1) == "random":
+    flags = training_flags(commands)
+    init = flags.get("--lm-head-init", "random")
+    if init == "random":
         return "random (the authors')"
-    scale = re.search(r"--norm-init-scale ([0-9.]+)", text)
-    return ("the target's rows" + (", frozen" if init.group(1) == "frozen" else "")
-            + (f", norm x{scale.group(1)}" if scale else "") + " (ours)")
+    scale = flags.get("--norm-init-scale")
+    return ("the target's rows" + (", frozen" if init == "frozen" else "")
+            + (f", norm x{scale}" if scale else "") + " (ours)")
 
 
 _SAME_RUN = {"--out", "--work", "--stop-after", "--log-every", "--ckpt-every", "--eval-every",

@@ -126,9 +126,6 @@ def training_head(args, target):
     if getattr(args, "kind", "eagle1") == "eagle3":
         from ..eagle3 import new_eagle3_head
         init = getattr(args, "lm_head_init", "random")
-        if init == "random" and getattr(args, "norm_init_scale", 1.0) != 1.0:
-            raise EagleMiniError("--norm-init-scale scales the warm start's norm: it goes with "
-                                 "--lm-head-init target or frozen")
         head = new_eagle3_head(target, seed=args.seed, draft_vocab=vocab,
                                warm_start=init in ("target", "frozen"),
                                freeze_lm_head=init == "frozen",
