@@ -38,7 +38,7 @@ endif
 # the first slider moves (or the first button is clicked) and the outputs must change. Installs
 # Debian's chromium + chromium-driver when missing (as root); screenshots in runs/browser/.
 test-browser: $(STAMP)
-	$(PY) -m eagle_mini.course.browser
+	$(PY) -m eagle_mini.tooling.browser
 
 # Student editions (solutions and hidden tests stripped) of notebooks/assignments/source/* in
 # notebooks/assignments/release/, and of every numbered notebook in notebooks/student/.

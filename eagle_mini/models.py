@@ -22,10 +22,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from .assets import asset_path
-from .errors import EagleMiniError
-from .measure.packed import is_packed, pack_linears
-from .target import Target
+from eagle_mini.assets import asset_path
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.runtime.packed import is_packed, pack_linears
+from eagle_mini.target import Target
 
 # The course's named targets. `hub` entries need internet (and, for 7B, a GPU); `gguf` entries are
 # embedded in a PyPI package.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import EagleMiniError
+from eagle_mini.errors import EagleMiniError
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from .errors import EagleMiniError
+from eagle_mini.errors import EagleMiniError
 
 
 @dataclass

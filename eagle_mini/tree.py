@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import EagleMiniError
+from eagle_mini.errors import EagleMiniError
 
 # A tree's shape is a small description read by Python loops: it stays on the CPU, and the target
 # and the head move its mask and positions to their own device when they run it.

@@ -17,7 +17,7 @@ the target itself (the "bonus" token), so every cycle adds at least one token.
 """
 import torch
 
-from .sampling import uniform as draw_uniform
+from eagle_mini.sampling import uniform as draw_uniform
 
 
 def verify_greedy(draft, logits: torch.Tensor) -> tuple[list[int], int]:

@@ -197,8 +197,8 @@ def main():
 
     from eagle_mini import DynamicTree, load_head, load_target
     from eagle_mini.draft import Drafter
-    from eagle_mini.eagle3 import Eagle3Head, new_eagle3_head
-    from eagle_mini.export import export_eagle3
+    from eagle_mini.heads.eagle3 import Eagle3Head, new_eagle3_head
+    from eagle_mini.heads.formats import export_eagle3
 
     checkout = args.authors.resolve()
     if not (checkout / "eagle" / "model" / "cnets.py").exists():

@@ -15,8 +15,8 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from eagle_mini.head import new_head
-from eagle_mini.measure.ablation import SIZES, length_grouped, sharegpt_inputs
+from eagle_mini.heads.eagle1 import new_head
+from eagle_mini.experiments.ablation import SIZES, length_grouped, sharegpt_inputs
 from eagle_mini.models import load_target
 from eagle_mini.training.features import compute_features
 from eagle_mini.training.train import Objective, TrainConfig, pad_batch

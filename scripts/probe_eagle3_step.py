@@ -19,7 +19,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from eagle_mini.eagle3 import new_eagle3_head
+from eagle_mini.heads.eagle3 import new_eagle3_head
 from eagle_mini.measure.profile import op_family
 from eagle_mini.models import load_target
 from eagle_mini.results import machine_info

@@ -26,5 +26,5 @@ def smollm():
 
 @pytest.fixture(scope="session")
 def mt_prompts():
-    from eagle_mini.training.data import mtbench_prompts
+    from eagle_mini.data import mtbench_prompts
     return mtbench_prompts()

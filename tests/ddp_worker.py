@@ -8,13 +8,13 @@ from accelerate import PartialState
 
 from eagle_mini import tiny_target
 from eagle_mini.training.features import compute_features
-from eagle_mini.head import new_head
+from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.training.train import DumpSource, TrainConfig, train_head
 from test_train import DDP_CONFIG, UNROLL, make_examples
 
 out, kind = sys.argv[1], sys.argv[2]
 if kind == "eagle3":
-    from eagle_mini.eagle3 import aux_layers, new_eagle3_head
+    from eagle_mini.heads.eagle3 import aux_layers, new_eagle3_head
     target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4)
     head, layers = new_eagle3_head(target, seed=3), aux_layers(4)
 else:

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from eagle_mini import tiny_target
-from eagle_mini.measure.auto import relative_cost, why_slower
+from eagle_mini.runtime.auto import relative_cost, why_slower
 from eagle_mini.measure.bench import METHODS, bench, markdown_table, save
 from eagle_mini.decode import generate_vanilla
-from eagle_mini.head import new_head
+from eagle_mini.heads.eagle1 import new_head
 
 
 def test_bench_runs_every_method_on_a_tiny_model(tmp_path):
@@ -37,7 +37,7 @@ def test_bench_runs_every_method_on_a_tiny_model(tmp_path):
     assert curve["median_ms"][0] == statistics.median(curve["samples_ms"][0])
     assert "in 4 rounds spread over the run" in markdown_table(result)
     assert result["kernels"] is None  # a tiny target built in memory: nobody chose its kernels
-    from eagle_mini.measure.kernels import use_kernels
+    from eagle_mini.runtime.kernels import use_kernels
     result["kernels"] = use_kernels(target, "stock")
     assert "stock kernels (asked for)" in markdown_table(result).splitlines()[0]
 
@@ -45,7 +45,7 @@ def test_bench_runs_every_method_on_a_tiny_model(tmp_path):
 def test_pooled_cost_curve_rejects_rounds_of_other_sizes():
     from eagle_mini.errors import EagleMiniError
     from eagle_mini.measure.bench import curve_round_points
-    from eagle_mini.measure.profile import pool_cost_curves
+    from eagle_mini.runtime.cost import pool_cost_curves
     a = {"ns": [1, 2], "prefix_len": 8, "samples_ms": [[1.0], [2.0]], "median_ms": [1.0, 2.0]}
     with pytest.raises(EagleMiniError, match="same sizes"):
         pool_cost_curves([a, {**a, "ns": [1, 4]}])
@@ -108,7 +108,7 @@ def test_first_difference_margin_is_the_logit_gap_where_texts_part():
 
 def test_bench_runs_eagle3_beside_eagle2_each_with_its_own_head():
     """`bench --methods ...,eagle3`: the EAGLE-2 tree drafted by an EAGLE-3 head, still lossless."""
-    from eagle_mini.eagle3 import new_eagle3_head
+    from eagle_mini.heads.eagle3 import new_eagle3_head
     target = tiny_target("llama", seed=3, vocab_size=48, num_hidden_layers=4)
     heads = {"eagle1": new_head(target), "eagle3": new_eagle3_head(target, warm_start=False)}
     result = bench(target, heads, ("vanilla", "eagle2", "eagle3"), prompts=[[1, 2, 3], [4, 5, 6, 7]],

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eagle_mini.course.browser import (browser_problem, describe_change, lab_command, raised,
+from eagle_mini.tooling.browser import (browser_problem, describe_change, lab_command, raised,
                                        uses_widgets, widget_notebooks)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_jupyterlab_listens_on_localhost_with_a_token():
 
 def test_the_package_imports_without_selenium():
     code = ("import sys; sys.modules['selenium'] = None; "
-            "import eagle_mini.course.browser as b; print(b.CHROMEDRIVER)")
+            "import eagle_mini.tooling.browser as b; print(b.CHROMEDRIVER)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 0, run.stderr
 

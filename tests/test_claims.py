@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eagle_mini import EagleMiniError
-from eagle_mini.measure import ablation, acceptance, claims
+from eagle_mini.experiments import ablation, acceptance, claims
 from eagle_mini.measure.intervals import Arm, interval, paired_difference
 from eagle_mini.results import results_json
 
@@ -209,9 +209,9 @@ def test_measure_keeps_per_prompt_counts_that_pool_to_generates_tau_and_alpha():
     import torch
     from eagle_mini import generate, tiny_target
     from eagle_mini.draft import tree_from_spec
-    from eagle_mini.head import new_head
+    from eagle_mini.heads.eagle1 import new_head
     from eagle_mini.measure.evaluate import pooled_tau
-    from eagle_mini.training.data import Example
+    from eagle_mini.data import Example
     from eagle_mini.training.features import compute_features
     from eagle_mini.training.train import evaluate_head
     target = tiny_target("llama", seed=0, vocab_size=64)

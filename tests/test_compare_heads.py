@@ -71,7 +71,7 @@ def test_eval_head_refuses_an_unknown_prompt_set_before_loading_anything():
 
 
 def test_results_md_section_reads_the_comparison_file(tmp_path):
-    from eagle_mini.measure.report import EQUAL_TOKENS, RESULTS, Files, equal_tokens_section
+    from eagle_mini.tooling.report import EQUAL_TOKENS, RESULTS, Files, equal_tokens_section
     assert "Not measured yet" in "\n".join(equal_tokens_section(Files(tmp_path)))
     a = [[3, 2], [30, 20], [9, 6], [6, 4]] * 5
     b = [[4, 2], [40, 20], [12, 6], [8, 4]] * 5
@@ -125,7 +125,7 @@ def test_tau_curve_fits_the_gain_per_doubling_and_projects_the_goal(tmp_path):
 
 def test_results_md_shows_the_curve_file(tmp_path):
     from eagle_mini.measure.evaluate import tau_curve
-    from eagle_mini.measure.report import CURVES, EQUAL_TOKENS, RESULTS, Files, equal_tokens_section
+    from eagle_mini.tooling.report import CURVES, EQUAL_TOKENS, RESULTS, Files, equal_tokens_section
     shape = [[3, 2], [30, 20], [9, 6]] * 4
     docs = [result([[round(t * c), c] for _, c in shape], n) for t, n in ((1.5, 1000), (2.0, 2000))]
     comp = {"command": "compare-heads", **compare_heads(docs[0], {**docs[1], "head_kind": "eagle3"})}
@@ -140,7 +140,7 @@ def test_results_md_shows_the_curve_file(tmp_path):
 
 
 def test_results_md_shows_other_prompt_sets_or_says_they_are_missing(tmp_path):
-    from eagle_mini.measure.report import EVAL_OTHER, RESULTS, Files, other_sets_lines
+    from eagle_mini.tooling.report import EVAL_OTHER, RESULTS, Files, other_sets_lines
     assert "not measured yet" in "\n".join(other_sets_lines(Files(tmp_path)))
     doc = {**result([[3, 2]] * 4, 1000), "other_sets": {
         "humaneval": {"prompts": 4, "max_new_tokens": 64, "tree": "eagle2", "tau": 2.25,
@@ -156,7 +156,7 @@ def test_results_md_shows_other_prompt_sets_or_says_they_are_missing(tmp_path):
 
 
 def test_results_md_shows_acceptance_by_depth_from_the_compared_files(tmp_path):
-    from eagle_mini.measure.report import EQUAL_TOKENS, RESULTS, Files, equal_tokens_section
+    from eagle_mini.tooling.report import EQUAL_TOKENS, RESULTS, Files, equal_tokens_section
     a, b = result([[3, 2]] * 4, 1000), result([[4, 2]] * 4, 1000, kind="eagle3")
     a["mtbench"]["acceptance_per_depth"] = {"1": 0.5, "2": 0.25, "10": 0.125}
     b["mtbench"]["acceptance_per_depth"] = {"1": 0.75, "2": 0.5}

@@ -1,4 +1,4 @@
-"""Specifications of eagle_mini.training.data: parsing the cut-off ShareGPT file, the assistant loss mask,
+"""Specifications of eagle_mini.data: parsing the cut-off ShareGPT file, the assistant loss mask,
 the fixed split, and the evaluation prompt sets."""
 import copy
 import json
@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from eagle_mini.training.data import (SPLITS, encode_conversation, evenly_spaced, iter_conversations,
+from eagle_mini.data import (SPLITS, encode_conversation, evenly_spaced, iter_conversations,
                              length_stats, load_prompts, humaneval_prompts, mtbench_prompts,
                              mtbench_questions, parse_json_array, read_sharegpt, split_indices,
                              to_messages)

@@ -62,7 +62,7 @@ def test_stepping_the_decoder_is_generate(tree, temperature):
     """`EagleDecoder` one cycle at a time (draft -> verify -> accept) writes `generate`'s tokens,
     one target forward per cycle after the prefill, and records no autograd graph."""
     from eagle_mini import EagleDecoder, generate
-    from eagle_mini.head import new_head
+    from eagle_mini.heads.eagle1 import new_head
     target = tiny_target("llama", seed=0, vocab_size=64)
     head = new_head(target, seed=1)
     gen = generate(target, head, [1, 2, 3], 20, temperature=temperature, tree=tree, seed=5)

@@ -12,7 +12,7 @@ import torch
 
 from eagle_mini import DynamicTree, generate, generate_vanilla, tiny_target
 from eagle_mini.draft import Draft, Drafter
-from eagle_mini.head import new_head
+from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.sampling import make_generator
 
 TREES = ["eagle1", "chain:3", [[0], [1], [0, 0]], DynamicTree(8, 3, 3)]

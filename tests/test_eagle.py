@@ -10,7 +10,7 @@ import torch
 from eagle_mini import EagleMiniError, tiny_target
 from eagle_mini.decode import generate, generate_vanilla
 from eagle_mini.draft import Drafter, DynamicTree
-from eagle_mini.head import new_head
+from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.target import crop_cache
 
 SMALL_TREES = ["chain:3", [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]], DynamicTree(8, 3, 3)]

@@ -8,11 +8,11 @@ import torch
 
 from eagle_mini import DynamicTree, tiny_target
 from eagle_mini.decode import generate, generate_vanilla
-from eagle_mini.eagle3 import Eagle3Head, aux_layers, new_eagle3_head
-from eagle_mini.export import eagle3_state_dict, export_eagle3, load_eagle3
+from eagle_mini.heads.eagle3 import Eagle3Head, aux_layers, new_eagle3_head
+from eagle_mini.heads.formats import eagle3_state_dict, export_eagle3, load_eagle3
 from eagle_mini.heads import head_kind, load_head
 from eagle_mini.target import crop_cache
-from eagle_mini.training.data import Example
+from eagle_mini.data import Example
 from eagle_mini.training.eagle3 import ttt_loss
 from eagle_mini.training.features import compute_features
 from eagle_mini.training.train import evaluate_head
@@ -223,7 +223,7 @@ def test_the_card_reports_the_authors_code_check_kept_beside_the_head(tmp_path):
     """write_card renders authors_check.json (the script's --json) when the head directory has it."""
     import json
 
-    from eagle_mini.eagle3 import new_eagle3_head
+    from eagle_mini.heads.eagle3 import new_eagle3_head
     from eagle_mini.training.commands import write_card
     target = tiny_target("llama", seed=3, vocab_size=48, num_hidden_layers=4)
     head = new_eagle3_head(target, warm_start=False)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from eagle_mini import tiny_target
-from eagle_mini.training.data import Example
+from eagle_mini.data import Example
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.training.features import (FeatureDataset, compute_features, dump_features, length_batches,
                                  stream_features, target_fingerprint)

@@ -10,8 +10,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from eagle_mini import EagleMiniError, tiny_target
 from eagle_mini.decode import generate
-from eagle_mini.export import export_official, load_official
-from eagle_mini.head import DraftHead, new_head
+from eagle_mini.heads.formats import export_official, load_official
+from eagle_mini.heads.eagle1 import DraftHead, new_head
 from eagle_mini.heads import load_head
 from eagle_mini.target import Target
 
@@ -234,7 +234,7 @@ def test_fp32_save_is_exact(llama, tmp_path):
     loaded = DraftHead.load(head.save(tmp_path / "fp32", dtype=torch.float32), llama)
     for k, v in head.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v), k
-    assert loaded.meta["format"] == "eagle_mini.head/1"
+    assert loaded.meta["format"] == "eagle_mini.heads.eagle1/1"
 
 
 def test_reduced_draft_vocabulary_round_trips(llama, tmp_path):

@@ -1,4 +1,4 @@
-"""The package's shape: the algorithm on top, no import circles, a short public API.
+"""The package's shape: layers that import only downwards, no import circles, a short public API.
 
 The circle check reads every `import` statement of the package with `ast`, those inside functions
 included (a lazy import hides a circle from Python but not from a reader), and looks for a cycle
@@ -10,7 +10,22 @@ import pathlib
 import eagle_mini
 
 PACKAGE = pathlib.Path(eagle_mini.__file__).parent
-ALGORITHM = ["target", "head", "tree", "draft", "sampling", "verify", "decode"]
+ALGORITHM = ["target", "tree", "methods", "draft", "sampling", "verify", "decode"]
+# The layers from the bottom up (docs/architecture.md): a module may import its own layer and the
+# ones below it, never one above. A module's layer is named by its folder, or by its file for the
+# top level of the package; `eagle_mini/__init__.py` (the public API) stands above them all.
+LAYERS = [
+    ("base", ["errors", "results", "assets", "data"]),
+    ("algorithm", ALGORITHM),
+    ("heads", ["heads"]),
+    ("runtime", ["models", "runtime"]),
+    ("training", ["training"]),
+    ("measurement", ["measure"]),
+    ("experiments", ["experiments"]),
+    ("course", ["course"]),
+    ("tooling", ["tooling"]),
+    ("cli", ["cli", "__main__"]),
+]
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -78,23 +93,65 @@ def test_the_checker_finds_a_planted_circle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_the_graph_sees_relative_and_lazy_imports():
+def test_the_graph_sees_relative_and_lazy_imports(tmp_path):
     graph = import_graph()
-    assert "eagle_mini.verify" in graph["eagle_mini.decode"]             # from .verify import
-    assert "eagle_mini.decode" in graph["eagle_mini.measure.methods"]    # from ..decode import
-    assert "eagle_mini.training.data" in graph["eagle_mini.measure.bench"]
+    assert "eagle_mini.verify" in graph["eagle_mini.decode"]
+    assert "eagle_mini.data" in graph["eagle_mini.measure.bench"]
+    planted = tmp_path / "z.py"
+    planted.write_text("from .auto import x\n\ndef f():\n    from ..decode import y\n"
+                       "    from .. import tree\n")
+    assert imported("eagle_mini.runtime.z", planted, modules()) == {
+        "eagle_mini.runtime.auto", "eagle_mini.decode", "eagle_mini.tree"}
 
 
 def test_no_import_circle_anywhere_in_the_package():
     assert find_cycle(import_graph()) is None
 
 
-def test_the_algorithm_never_imports_training_measurement_or_course_code():
+def layer_of(module: str) -> int:
+    """The index in LAYERS of a package module (`eagle_mini.runtime.auto` -> runtime's)."""
+    first = module.split(".")[1]
+    for i, (_, members) in enumerate(LAYERS):
+        if first in members:
+            return i
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and docs/architecture.md)")
+
+
+def upward_arrows(graph) -> list[str]:
+    """Every import that runs up the layers, as "a (layer) -> b (layer)"."""
+    out = []
+    for m, deps in sorted(graph.items()):
+        if m == "eagle_mini":
+            continue
+        for d in sorted(deps - {"eagle_mini"}):
+            if layer_of(d) > layer_of(m):
+                out.append(f"{m} ({LAYERS[layer_of(m)][0]}) -> {d} ({LAYERS[layer_of(d)][0]})")
+    return out
+
+
+def test_every_module_is_in_a_layer():
+    for m in import_graph():
+        if m != "eagle_mini":
+            layer_of(m)
+
+
+def test_no_import_runs_up_the_layers():
+    assert upward_arrows(import_graph()) == []
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
     graph = import_graph()
-    for name in ALGORITHM:
-        outside = {m for m in graph[f"eagle_mini.{name}"]
-                   if m.startswith(("eagle_mini.training", "eagle_mini.measure", "eagle_mini.course"))}
-        assert not outside, f"eagle_mini.{name} imports {outside}"
+    graph["eagle_mini.decode"] = graph["eagle_mini.decode"] | {"eagle_mini.measure.bench"}
+    graph["eagle_mini.models"] = graph["eagle_mini.models"] | {"eagle_mini.tooling.report"}
+    assert upward_arrows(graph) == [
+        "eagle_mini.decode (algorithm) -> eagle_mini.measure.bench (measurement)",
+        "eagle_mini.models (runtime) -> eagle_mini.tooling.report (tooling)"]
+
+
+def test_models_imports_no_measurement_experiment_or_tooling():
+    graph = import_graph()
+    assert not {m for m in graph["eagle_mini.models"]
+                if m.startswith(("eagle_mini.measure", "eagle_mini.experiments", "eagle_mini.tooling"))}
 
 
 def test_the_cli_defines_no_decoding_helper():

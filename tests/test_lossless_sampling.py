@@ -29,8 +29,8 @@ from scipy.stats import chisquare
 import eagle_mini.decode
 from eagle_mini.decode import generate
 from eagle_mini.draft import Draft, Drafter, DynamicTree
-from eagle_mini.eagle3 import new_eagle3_head
-from eagle_mini.head import new_head
+from eagle_mini.heads.eagle3 import new_eagle3_head
+from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.models import tiny_target
 from eagle_mini.sampling import warp
 from eagle_mini.tree import from_choices

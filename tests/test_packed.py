@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from eagle_mini import tiny_target
-from eagle_mini.measure.packed import available, is_packed, pack_linears, stock_kernels, unpack_linears
+from eagle_mini.runtime.packed import available, is_packed, pack_linears, stock_kernels, unpack_linears
 from eagle_mini.tree import from_parents
 
 pytestmark = pytest.mark.skipif(not available(), reason="MKL packed GEMM not in this torch build")
@@ -98,7 +98,7 @@ def test_stock_kernels_switch_paths_and_keep_packed_copies():
 
 def test_auto_kernels_keep_the_faster_and_cache_the_choice(monkeypatch, tmp_path):
     """`use_kernels("auto")` follows the timing, whichever way it goes, and measures once."""
-    from eagle_mini.measure import kernels as kernels
+    from eagle_mini.runtime import kernels as kernels
     monkeypatch.setattr(kernels, "cache_dir", lambda: tmp_path)
     calls = []
 
@@ -118,14 +118,14 @@ def test_auto_kernels_keep_the_faster_and_cache_the_choice(monkeypatch, tmp_path
 
     monkeypatch.setattr(kernels, "cost_curve", lambda target, ns, **kw: {
         "median_ms": [1.0] * len(ns), "stock": {"median_ms": [2.0] * len(ns)}})
-    monkeypatch.setattr("eagle_mini.measure.kernels.torch.get_num_threads", lambda: 99)  # new key
+    monkeypatch.setattr("eagle_mini.runtime.kernels.torch.get_num_threads", lambda: 99)  # new key
     third = tiny_target("llama", seed=0)
     assert kernels.use_kernels(third, "auto")["kernels"] == "packed" and is_packed(third.model)
 
 
 def test_asked_kernels_and_dtypes_without_a_choice():
     from eagle_mini.errors import EagleMiniError
-    from eagle_mini.measure.kernels import use_kernels
+    from eagle_mini.runtime.kernels import use_kernels
     target = tiny_target("llama", seed=0)
     assert use_kernels(target, "packed")["how"] == "asked for" and is_packed(target.model)
     assert use_kernels(target, "stock")["kernels"] == "stock" and not is_packed(target.model)

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from eagle_mini.measure import precision
+from eagle_mini.runtime import precision
 from eagle_mini.training.commands import resolve_precision
 
 

@@ -29,7 +29,7 @@ def test_op_names_map_to_families_by_their_base_name():
 
 
 def test_cheap_until_stops_at_the_first_n_over_the_limit_even_if_a_later_one_dips_back():
-    from eagle_mini.measure.profile import CHEAP, cheap_until
+    from eagle_mini.runtime.cost import CHEAP, cheap_until
     curve = {"ns": [1, 2, 4, 8, 16], "relative": [1.0, 0.9, 1.3, 1.1, 2.0]}
     assert cheap_until(curve) == 2                     # n = 8 dips under 1.25 but n = 4 did not
     assert cheap_until(curve, limit=1.35) == 8

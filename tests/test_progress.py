@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from eagle_mini import tiny_target
-from eagle_mini.head import new_head
-from eagle_mini.measure.ablation import decode_tau
-from eagle_mini.measure.uncertainty import BY_NAME
-from eagle_mini.measure.profile import cost_curve
-from eagle_mini.training.data import Example, ShareGPT
+from eagle_mini.heads.eagle1 import new_head
+from eagle_mini.experiments.ablation import decode_tau
+from eagle_mini.experiments.uncertainty import BY_NAME
+from eagle_mini.runtime.cost import cost_curve
+from eagle_mini.data import Example, ShareGPT
 from eagle_mini.training.features import compute_features
 from eagle_mini.training.regenerate import regenerate_split
 from eagle_mini.training.train import DumpSource, TrainConfig, train_head

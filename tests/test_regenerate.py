@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from eagle_mini.training.data import iter_conversations
+from eagle_mini.data import iter_conversations
 from eagle_mini.decode import generate_vanilla
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.training.regenerate import (generate_batch, read_regenerated, regenerate_conversations,
@@ -146,7 +146,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_card_says_how_to_write_the_regenerated_file_again(tmp_path):
     from eagle_mini import tiny_target
-    from eagle_mini.head import new_head
+    from eagle_mini.heads.eagle1 import new_head
     from eagle_mini.training.commands import write_card
     head = new_head(tiny_target("llama", seed=0, vocab_size=64), seed=0)
     remake = "python -m eagle_mini regenerate --split train --start 5 --max-conversations 7 --out r.jsonl"

@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from eagle_mini import EagleMiniError, tiny_target
-from eagle_mini.head import new_head
-from eagle_mini.measure.rehearsal import build_model, run_step
+from eagle_mini.heads.eagle1 import new_head
+from eagle_mini.tooling.rehearsal import build_model, run_step
 from eagle_mini.training.train import eagle_loss, evaluate_head
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """RESULTS.md and the README's generated tables are what the committed results files produce.
 
-`python -m eagle_mini results-md` writes them (`eagle_mini.measure.report`); these tests
+`python -m eagle_mini results-md` writes them (`eagle_mini.tooling.report`); these tests
 regenerate both from `data/results/` and `data/heads/` and compare. A failure means a results file
 (or a committed notebook, whose run time the README shows) changed without the documents: run the
 command and commit what it writes.
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.measure import report
-from eagle_mini.measure.report import expected, fill, notebook_minutes, results_markdown
+from eagle_mini.tooling import report
+from eagle_mini.tooling.report import expected, fill, notebook_minutes, results_markdown
 
 
 

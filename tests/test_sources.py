@@ -2,7 +2,7 @@
 import pytest
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.training.data import ShareGPT
+from eagle_mini.data import ShareGPT
 from eagle_mini.training.sources import MixedSource, StreamingSource
 
 

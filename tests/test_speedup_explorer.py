@@ -14,7 +14,7 @@ from eagle_mini.course.speedup_explorer import (SpeedupExplorer, bench_runs, bre
                                                 explore, gap_steps, leave_one_out, method_costs, points,
                                                 predicted_speedup)
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.measure.auto import predict, relative_cost
+from eagle_mini.runtime.auto import predict, relative_cost
 
 
 @pytest.fixture(scope="module")

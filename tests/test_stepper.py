@@ -8,7 +8,7 @@ import torch
 
 from eagle_mini import generate, tiny_target
 from eagle_mini.course.stepper import Stepper, StepperWidget, cycle_rows, draw_cycle, matched_slots
-from eagle_mini.head import new_head
+from eagle_mini.heads.eagle1 import new_head
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from eagle_mini import EagleMiniError, tiny_target
-from eagle_mini.training.data import Example
+from eagle_mini.data import Example
 from eagle_mini.decode import generate, generate_vanilla
 from eagle_mini.training.features import FeatureDataset, compute_features, dump_features
-from eagle_mini.head import DraftHead, new_head
+from eagle_mini.heads.eagle1 import DraftHead, new_head
 from eagle_mini.training.commands import featurizer
 from eagle_mini.training.train import (DumpSource, TrainConfig, chain_acceptance, eagle_loss,
                               evaluate_head, pad_batch, train_head,
@@ -155,14 +155,14 @@ def test_killed_and_resumed_run_equals_uninterrupted(tiny, tmp_path):
 def tiny3():
     """A 4-layer tiny Llama (EAGLE-3 reads the inputs of layers 2, 2 and 1) and features with the
     layers an EAGLE-3 head reads."""
-    from eagle_mini.eagle3 import aux_layers
+    from eagle_mini.heads.eagle3 import aux_layers
     target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4)
     return target, compute_features(target, make_examples(), layers=aux_layers(4))
 
 
 def test_eagle3_killed_and_resumed_run_equals_uninterrupted(tiny3, tmp_path):
     """An EAGLE-3 head (training-time test, 3 steps) resumes exactly as an EAGLE-1 head does."""
-    from eagle_mini.eagle3 import new_eagle3_head
+    from eagle_mini.heads.eagle3 import new_eagle3_head
     target, feats = tiny3
     cfg = TrainConfig(lr=1e-3, steps=6, warmup_steps=2, batch_tokens=40, ckpt_every=2, unroll=3)
     a = new_eagle3_head(target, seed=3)
@@ -180,7 +180,7 @@ def test_eagle3_killed_and_resumed_run_equals_uninterrupted(tiny3, tmp_path):
 def test_eagle3_dump_train_save_load_generate(tmp_path):
     """Dumped layers (`dump_features(layers=...)`) train an EAGLE-3 head; saved, loaded and
     decoding losslessly; a dump without layers is refused with a clear error."""
-    from eagle_mini.eagle3 import aux_layers, new_eagle3_head
+    from eagle_mini.heads.eagle3 import aux_layers, new_eagle3_head
     from eagle_mini.heads import load_head
     target = tiny_target("llama", seed=4, vocab_size=64, num_hidden_layers=4)
     dump_features(target, make_examples(6, seed=4), tmp_path / "feats", {"split": "train"},
@@ -249,7 +249,7 @@ def test_training_plan_counts_a_real_eagle3_head(name):
     """EAGLE-3's plan (fc 3H -> H, 2H attention input, own lm_head over the draft vocabulary, 4H
     of features per token) counts the parameters of an `Eagle3Head` built on the meta device."""
     from transformers import LlamaConfig
-    from eagle_mini.eagle3 import Eagle3Head
+    from eagle_mini.heads.eagle3 import Eagle3Head
     from eagle_mini.models import BIG_CONFIGS
     from eagle_mini.training.commands import training_plan
     config = BIG_CONFIGS[name]
@@ -278,7 +278,7 @@ def test_ddp_over_two_processes_equals_one_process_on_the_joint_batch(tiny, tiny
     assert run.returncode == 0, run.stderr[-3000:]
     ranks = [torch.load(tmp_path / "ddp" / f"rank{i}.pt") for i in range(2)]
     if kind == "eagle3":  # the training-time test's unrolled steps run inside one DDP forward
-        from eagle_mini.eagle3 import new_eagle3_head
+        from eagle_mini.heads.eagle3 import new_eagle3_head
         target, feats = tiny3
         head = new_eagle3_head(target, seed=3)
     else:
@@ -294,7 +294,7 @@ def test_ddp_over_two_processes_equals_one_process_on_the_joint_batch(tiny, tiny
 
 def test_streaming_wraps_into_a_new_epoch_only_when_asked(smollm):
     """A used-up split is a clear error; with `wrap` the next batch starts the split again."""
-    from eagle_mini.training.data import ShareGPT
+    from eagle_mini.data import ShareGPT
     from eagle_mini.training.train import StreamingSource
     msgs = [[{"role": "user", "content": f"Question {i}?"},
              {"role": "assistant", "content": f"Answer number {i}."}] for i in range(3)]
@@ -314,7 +314,7 @@ def test_streaming_wraps_into_a_new_epoch_only_when_asked(smollm):
 def test_chain_attention_equals_the_dense_chain_mask_forward_and_backward(family, kind):
     """`chain_attention` (n^2 + kn scores per pass) against attention through the dense
     n x (k+1)n mask: the same drafts and the same gradients, grouped-query heads included."""
-    from eagle_mini.eagle3 import new_eagle3_head
+    from eagle_mini.heads.eagle3 import new_eagle3_head
     target = tiny_target(family, seed=0, vocab_size=64, num_hidden_layers=4)
     examples = make_examples(1, length=20)
     layers = (2, 2, 1) if kind == "eagle3" else None
@@ -347,7 +347,7 @@ def test_chain_attention_refuses_a_cache_that_is_not_whole_passes():
 def test_eagle3_frozen_lm_head_stays_the_targets_rows_and_stays_frozen(tiny3, tmp_path):
     """`--lm-head-init frozen`: training moves fc, the layer and the norm but never the lm_head
     (the target's rows of the draft vocabulary), and a saved head loads frozen again."""
-    from eagle_mini.eagle3 import new_eagle3_head
+    from eagle_mini.heads.eagle3 import new_eagle3_head
     from eagle_mini.heads import load_head
     target, feats = tiny3
     vocab = list(range(0, 64, 2))
@@ -369,7 +369,7 @@ def test_eagle3_warm_start_scales_the_norm_and_refuses_bad_scales(tiny3):
     """`--norm-init-scale`: the warm start's norm is the target's final norm times the scale (a
     small scale starts near a uniform guess); outside [0, 1], or with a random lm_head, refused."""
     import argparse
-    from eagle_mini.eagle3 import new_eagle3_head
+    from eagle_mini.heads.eagle3 import new_eagle3_head
     from eagle_mini.training.commands import training_head
     target, _ = tiny3
     head = new_eagle3_head(target, seed=3, draft_vocab=list(range(0, 64, 2)), norm_scale=0.1)

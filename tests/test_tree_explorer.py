@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from eagle_mini import EagleMiniError, tiny_target
 from eagle_mini.course.tree_explorer import TreeExplorer
-from eagle_mini.head import new_head
+from eagle_mini.heads.eagle1 import new_head
 
 VOCAB = 16
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]

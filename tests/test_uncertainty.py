@@ -8,17 +8,17 @@ import torch
 
 import eagle_mini.training.train
 from eagle_mini import EagleMiniError, tiny_target
-from eagle_mini.measure.ablation import (AblationConfig, EpochSource, config_from_args, paper_checks,
+from eagle_mini.experiments.ablation import (AblationConfig, EpochSource, config_from_args, paper_checks,
                                  run_ablation, summary_table)
 from eagle_mini.cli import build_parser
-from eagle_mini.training.data import Example
+from eagle_mini.data import Example
 from eagle_mini.decode import generate, generate_vanilla
 from eagle_mini.draft import DynamicTree
 from eagle_mini.training.features import compute_features
-from eagle_mini.head import new_head
+from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.training.train import chain_acceptance, eagle_loss
 from eagle_mini.tree import parse_tree
-from eagle_mini.measure.uncertainty import (BY_NAME, VARIANTS, UnshiftedDrafter, branch_features,
+from eagle_mini.experiments.uncertainty import (BY_NAME, VARIANTS, UnshiftedDrafter, branch_features,
                                     predict_branches, training_rows)
 
 VOCAB = 64

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import EagleMiniError
+from eagle_mini.errors import EagleMiniError
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 ASSIGNMENTS = NOTEBOOKS / "assignments"

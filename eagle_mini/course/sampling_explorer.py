@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import torch
 from scipy.stats import chisquare
 
-from ..draft import Draft
-from ..errors import EagleMiniError
-from ..tree import from_choices
-from ..verify import SampledTreeRule, verify_sampling
+from eagle_mini.draft import Draft
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.tree import from_choices
+from eagle_mini.verify import SampledTreeRule, verify_sampling
 
 ROOT = -1  # the root's token: never read by verification, so a placeholder outside the vocabulary
 

@@ -31,8 +31,8 @@ the context length, and the machine's drift between the curve and the generation
 import json
 from pathlib import Path
 
-from ..errors import EagleMiniError
-from ..measure.auto import relative_cost
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.runtime.auto import relative_cost
 
 RESULTS = Path(__file__).resolve().parents[2] / "data" / "results"
 

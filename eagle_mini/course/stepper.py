@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decode import EagleDecoder, kept_tokens
-from ..sampling import uniform, warp
-from ..verify import verify_sampling
+from eagle_mini.decode import EagleDecoder, kept_tokens
+from eagle_mini.sampling import uniform, warp
+from eagle_mini.verify import verify_sampling
 
 ACCEPTED, TRIED, UNTRIED, BONUS = "#2a9d8f", "#e76f51", "#d9d9d9", "#6a4c93"  # no clash with depth colours
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..decode import EagleDecoder, generate_vanilla, prepare_prompt
-from ..draft import Draft, DynamicTree
-from ..errors import EagleMiniError
+from eagle_mini.decode import EagleDecoder, generate_vanilla, prepare_prompt
+from eagle_mini.draft import Draft, DynamicTree
+from eagle_mini.errors import EagleMiniError
 
 
 @dataclass

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-from ..training.data import evenly_spaced, load_prompts
-from ..errors import EagleMiniError
-from .auto import choose_auto_tree, predict
-from .evaluate import pooled_tau
-from .methods import named_tree_of, pick_head, run_method
-from .kernels import kernels_note
-from .profile import cost_curve, pool_cost_curves
-from ..results import machine_info, results_json
+from eagle_mini.data import evenly_spaced, load_prompts
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.runtime.auto import choose_auto_tree, predict
+from eagle_mini.measure.evaluate import pooled_tau
+from eagle_mini.runtime.run import named_tree_of, pick_head, run_method
+from eagle_mini.runtime.kernels import kernels_note
+from eagle_mini.runtime.cost import cost_curve, pool_cost_curves
+from eagle_mini.results import machine_info, results_json
 
 METHODS = ("vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2", "auto")
 KNOWN = METHODS + ("eagle3",)  # eagle3 runs when asked for: it needs an EAGLE-3 head
@@ -48,7 +48,7 @@ class ForwardCounter:
 
 def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, auto_tree=None):
     """One generation -> (output ids, stats); HF methods get the same stats where they exist."""
-    from ..decode import cycle_stats, prepare_prompt
+    from eagle_mini.decode import cycle_stats, prepare_prompt
     if method.startswith("hf-"):
         ids = prepare_prompt(target, prompt)
         kw = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
@@ -179,7 +179,7 @@ def _common_prefix(a, b) -> int:
 @torch.no_grad()
 def vanilla_top2_gaps(target, prompts, vanilla_outs) -> list[float]:
     """Top-1 minus top-2 logit at every position of vanilla's outputs (one forward per prompt)."""
-    from ..decode import prepare_prompt
+    from eagle_mini.decode import prepare_prompt
     gaps = []
     for prompt, van in zip(prompts, vanilla_outs):
         ids = prepare_prompt(target, prompt)
@@ -199,7 +199,7 @@ def first_difference_margins(target, prompts, outs, vanilla_outs, gaps) -> dict 
     gap is no larger: if partings happen only at gaps that rare and that small, the texts part at
     near-ties (float rounding), not at a wrong acceptance. None when no prompt differs.
     """
-    from ..decode import prepare_prompt
+    from eagle_mini.decode import prepare_prompt
     margins = []
     for prompt, out, van in zip(prompts, outs, vanilla_outs):
         k = _common_prefix(out, van)
@@ -248,7 +248,7 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
 
 
 def tree_size(method, auto_tree) -> int:
-    from .auto import tree_tokens
+    from eagle_mini.runtime.auto import tree_tokens
     return tree_tokens(auto_tree if method == "auto" else named_tree_of(method))
 
 

@@ -15,10 +15,10 @@ from collections import Counter
 
 import torch
 
-from ..decode import generate
-from ..training.commands import validation_features
-from ..training.data import evenly_spaced, load_prompts, mtbench_questions
-from ..training.train import evaluate_head
+from eagle_mini.decode import generate
+from eagle_mini.training.commands import validation_features
+from eagle_mini.data import evenly_spaced, load_prompts, mtbench_questions
+from eagle_mini.training.train import evaluate_head
 
 EQUAL_TOKENS = 0.01  # two heads' training tokens count as equal within this relative margin
 
@@ -103,8 +103,8 @@ def compare_heads(a: dict, b: dict) -> dict:
 
     The question the EAGLE-3 paper asks (its Figure 1) is which architecture learns more from the
     same data, so the result says whether both heads saw the same number of training tokens."""
-    from ..errors import EagleMiniError
-    from .intervals import Arm, excludes_zero, interval, paired_difference
+    from eagle_mini.errors import EagleMiniError
+    from eagle_mini.measure.intervals import Arm, excludes_zero, interval, paired_difference
     for key in ("prompts", "tree", "max_new_tokens"):
         if a["mtbench"][key] != b["mtbench"][key]:
             raise EagleMiniError(f"the two results differ in MT-bench {key} ({a['mtbench'][key]} vs "
@@ -154,8 +154,8 @@ def tau_curve(docs: list[dict], goal: float | None = None) -> dict:
         >>> round(c["fit"]["per_doubling"]["estimate"], 3), round(c["goal"]["tokens"]["estimate"])
         (0.5, 8000)
     """
-    from ..errors import EagleMiniError
-    from .intervals import Arm, _interval, interval, resample_indices
+    from eagle_mini.errors import EagleMiniError
+    from eagle_mini.measure.intervals import Arm, _interval, interval, resample_indices
     if len(docs) < 2:
         raise EagleMiniError("a curve needs eval-head results at two training-token counts or more")
     docs = sorted(docs, key=lambda d: d.get("head_tokens_seen") or 0)

@@ -5,10 +5,10 @@ EAGLE §3.3 promises the target's own output; with greedy decoding that is testa
 categories (`data.evenly_spaced`: its first ten are all writing) and records, per prompt, whether
 the outputs are identical and each method's tau (tokens per draft-verify cycle).
 """
-from ..training.data import evenly_spaced, mtbench_prompts
-from .evaluate import pooled_tau
-from .methods import run_method
-from ..results import machine_info
+from eagle_mini.data import evenly_spaced, mtbench_prompts
+from eagle_mini.measure.evaluate import pooled_tau
+from eagle_mini.runtime.run import run_method
+from eagle_mini.results import machine_info
 
 
 def check_lossless(target, head, methods, n: int = 20, max_new_tokens: int = 64, tree=None,

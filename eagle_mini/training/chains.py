@@ -17,7 +17,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 from transformers import AttentionInterface
 
-from ..errors import EagleMiniError
+from eagle_mini.errors import EagleMiniError
 
 CHAIN_ATTENTION = "eagle_mini_chain"
 

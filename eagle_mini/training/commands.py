@@ -16,16 +16,16 @@ from pathlib import Path
 
 import torch
 
-from ..errors import EagleMiniError
-from .features import target_fingerprint
-from ..head import DraftHead, new_head
-from .sources import DumpSource, MixedSource, StreamingSource
-from .train import TrainConfig, default_lr, evaluate_head, train_head
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.training.features import target_fingerprint
+from eagle_mini.heads.eagle1 import new_head
+from eagle_mini.training.sources import DumpSource, MixedSource, StreamingSource
+from eagle_mini.training.train import TrainConfig, default_lr, evaluate_head, train_head
 
 
 def frequent_tokens(target, n: int, conversations: int = 2000) -> list[int]:
     """The n most frequent assistant (loss-masked) tokens of the first train conversations."""
-    from .data import iter_conversations
+    from eagle_mini.data import iter_conversations
     counts = Counter()
     for ex in iter_conversations("train", target.tokenizer, max_len=2048,
                                  max_conversations=conversations):
@@ -49,7 +49,7 @@ def regenerated_for(path, target, feat, feature_dtype: str | None):
     """A `regenerate` file as training data, if this target wrote it (in its own dtype or in
     the featurizer's: `regenerate --dtype bf16` goes with `--feature-dtype bf16`), and the
     `regenerate` command that writes it again (the model card prints it)."""
-    from .regenerate import read_regenerated, remake_command
+    from eagle_mini.training.regenerate import read_regenerated, remake_command
     data = read_regenerated(path)
     written = data.header.get("fingerprint")
     if written == target_fingerprint(target):
@@ -64,8 +64,8 @@ def regenerated_for(path, target, feat, feature_dtype: str | None):
 def validation_features(target, n: int, max_len: int, split: str = "validation", layers=None):
     """Features of the first n conversations of a split that have assistant tokens; `layers` (an
     EAGLE-3 head's `aux_layers`) adds the layers it reads."""
-    from .data import iter_conversations
-    from .features import compute_features
+    from eagle_mini.data import iter_conversations
+    from eagle_mini.training.features import compute_features
     examples = [e for e in iter_conversations(split, target.tokenizer, max_len=max_len,
                                               max_conversations=n) if sum(e.loss_mask)]
     return compute_features(target, examples, layers=layers)
@@ -79,8 +79,8 @@ def featurizer(target, dtype: str):
     give the same argmax at 98.5-99.3% of assistant tokens (`scripts/probe_training_speed.py`,
     EXPERIMENTS.md). Validation, evaluation and decoding keep the target's own dtype."""
     from transformers import AutoModelForCausalLM
-    from ..models import _dtype
-    from ..target import Target
+    from eagle_mini.models import _dtype
+    from eagle_mini.target import Target
     if not dtype or _dtype(dtype) == target.model.dtype:
         return target
     model = AutoModelForCausalLM.from_config(target.config, dtype=_dtype(dtype),
@@ -97,7 +97,7 @@ def resolve_precision(args, device, log=print):
         return mixed, feat
     if device != "cpu":  # an accelerator: bf16 units are the norm
         return ("bf16" if mixed == "auto" else mixed), ("bf16" if feat == "auto" else feat)
-    from ..measure.precision import choice, matmul_speedup
+    from eagle_mini.runtime.precision import choice, matmul_speedup
     pick, why = choice(matmul_speedup())
     if "auto" in (mixed, feat):
         log(f"precision auto: {why}")
@@ -119,12 +119,12 @@ def training_head(args, target):
     smaller than half a bf16 step of the weight. The shared embedding and lm_head stay the target's;
     `--mixed-precision bf16` runs the matmuls in bf16. The 7B rehearsal found the bf16 head."""
     if args.init:
-        from ..heads import load_head
+        from eagle_mini.heads import load_head
         head = load_head(args.init, target)
         return head.float(), getattr(head, "meta", {})
     vocab = frequent_tokens(target, args.draft_vocab) if args.draft_vocab else None
     if getattr(args, "kind", "eagle1") == "eagle3":
-        from ..eagle3 import new_eagle3_head
+        from eagle_mini.heads.eagle3 import new_eagle3_head
         init = getattr(args, "lm_head_init", "random")
         head = new_eagle3_head(target, seed=args.seed, draft_vocab=vocab,
                                warm_start=init in ("target", "frozen"),
@@ -169,7 +169,7 @@ def train_command(args, target, log=print) -> dict:
         raise EagleMiniError("--regenerated goes with --stream, not with --features")
     regenerated, mix = None, getattr(args, "mix_sharegpt", None)
     if args.features:
-        from .features import FeatureDataset
+        from eagle_mini.training.features import FeatureDataset
         ds = FeatureDataset(args.features)
         ds.check_target(target)
         if layers and ds.manifest.get("layers") != list(layers):
@@ -184,7 +184,7 @@ def train_command(args, target, log=print) -> dict:
                                  max_len=cfg.max_len, cursor=start, data=data,
                                  wrap=getattr(args, "wrap", False), layers=layers)
         if mix:
-            from .data import SPLITS
+            from eagle_mini.data import SPLITS
             mix_start = prior.get("next_mix_record", data.written[-1] + 1 - SPLITS["train"][0])
             source = MixedSource(StreamingSource(feat, "train", max_len=cfg.max_len,
                                                  cursor=mix_start, wrap=getattr(args, "wrap", False),

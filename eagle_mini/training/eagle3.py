@@ -19,7 +19,7 @@ hold, so training and drafting see the same positions and masks.
 """
 import torch
 
-from .chains import loss_mask_positions, unrolled_predictions
+from eagle_mini.training.chains import loss_mask_positions, unrolled_predictions
 
 
 def ttt_loss(head, layers, features, input_ids, loss_mask, steps: int = 7, decay: float = 0.8):

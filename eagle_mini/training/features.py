@@ -26,9 +26,9 @@ import torch
 from safetensors.torch import load_file, save as save_tensors
 from tqdm.auto import tqdm
 
-from .data import iter_conversations, read_sharegpt
-from ..errors import EagleMiniError
-from ..models import load_target
+from eagle_mini.data import iter_conversations, read_sharegpt
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.models import load_target
 
 FORMAT = "eagle_mini.features/1"
 
@@ -326,7 +326,7 @@ def dump_command(target_name: str = "smollm2-135m", data: str = "sharegpt", spli
     examples = (ex for ex in iter_conversations(split, target.tokenizer, max_len,
                                                 max_conversations, start, read_sharegpt())
                 if any(ex.loss_mask))
-    from ..eagle3 import aux_layers
+    from eagle_mini.heads.eagle3 import aux_layers
     layers = aux_layers(target.config.num_hidden_layers) if eagle3 else None
     return dump_features(target, examples, out, info, shard_size, batch_tokens, progress=progress,
                          layers=layers)

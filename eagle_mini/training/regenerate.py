@@ -38,8 +38,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .data import SPLITS, ShareGPT, read_sharegpt, split_indices
-from ..errors import EagleMiniError
+from eagle_mini.data import SPLITS, ShareGPT, read_sharegpt, split_indices
+from eagle_mini.errors import EagleMiniError
 
 FORMAT = "eagle_mini.regenerated/1"
 
@@ -170,7 +170,7 @@ def regenerate_split(target, out_path, split: str = "train", start: int = 0,
     conversations written in all, replies made now, tokens generated now, seconds.
     progress: a bar over conversations with the reply tokens/s.
     """
-    from .features import target_fingerprint
+    from eagle_mini.training.features import target_fingerprint
     if target.tokenizer is None:
         raise EagleMiniError(f"{target.name} has no tokenizer: cannot template conversations")
     out_path = Path(out_path)

@@ -12,7 +12,7 @@ without the head forgetting human-written text.
 """
 import math
 
-from ..errors import EagleMiniError
+from eagle_mini.errors import EagleMiniError
 
 
 class StreamingSource:
@@ -24,7 +24,7 @@ class StreamingSource:
 
     def __init__(self, target, split="train", max_len=1024, cursor=0, data=None, wrap=False,
                  layers=None):
-        from .data import SPLITS, read_sharegpt
+        from eagle_mini.data import SPLITS, read_sharegpt
         self.layers = layers  # an EAGLE-3 head's `aux_layers`: featurize them too
         self.target, self.split, self.max_len, self.cursor = target, split, max_len, cursor
         self.wrap = wrap  # at the split's end, start it again (a new epoch) instead of stopping
@@ -33,7 +33,7 @@ class StreamingSource:
         self._iter = None
 
     def _examples(self):
-        from .data import iter_conversations
+        from eagle_mini.data import iter_conversations
         for ex in iter_conversations(self.split, self.target.tokenizer, max_len=self.max_len,
                                      start=self.cursor, data=self.data):
             if sum(ex.loss_mask) == 0 or len(ex.input_ids) < 2:
@@ -62,7 +62,7 @@ class StreamingSource:
         return picked
 
     def materialize(self, picked) -> list[dict]:
-        from .features import compute_features
+        from eagle_mini.training.features import compute_features
         return compute_features(self.target, picked, layers=self.layers)
 
 

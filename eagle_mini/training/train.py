@@ -30,11 +30,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..errors import EagleMiniError
-from ..results import results_json
-from .chains import (chain_acceptance, loss_mask_positions, reading_ids,  # noqa: F401
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.results import results_json
+from eagle_mini.training.chains import (chain_acceptance, loss_mask_positions, reading_ids,  # noqa: F401
                      unrolled_predictions)
-from .sources import DumpSource, MixedSource, StreamingSource  # noqa: F401
+from eagle_mini.training.sources import DumpSource, MixedSource, StreamingSource  # noqa: F401
 
 
 TUNED_LR, TUNED_WIDTH = 3e-3, 576   # the shipped SmolLM2-135M head's rate, at its hidden size
@@ -162,7 +162,7 @@ class Objective(torch.nn.Module):
     def forward(self, ids, feats, mask, layers=None):
         cfg = self.cfg
         if getattr(self.head, "kind", "eagle1") == "eagle3":
-            from .eagle3 import ttt_loss
+            from eagle_mini.training.eagle3 import ttt_loss
             return ttt_loss(self.head, layers, feats, ids, mask, cfg.unroll, cfg.unroll_decay)
         return eagle_loss(self.head, feats, ids, mask, cfg.noise, cfg.w_cls, self.vocab_ids,
                           self.noise_gen, cfg.unroll, cfg.unroll_decay)

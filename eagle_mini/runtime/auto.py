@@ -15,13 +15,13 @@ import json
 
 import torch
 
-from ..decode import generate
-from ..draft import DynamicTree
-from ..models import cache_dir
-from ..results import cpu_tag, results_json
-from ..training.data import mtbench_prompts
-from .packed import is_packed
-from .profile import cost_curve
+from eagle_mini.decode import generate
+from eagle_mini.draft import DynamicTree
+from eagle_mini.models import cache_dir
+from eagle_mini.results import cpu_tag, results_json
+from eagle_mini.data import mtbench_prompts
+from eagle_mini.runtime.packed import is_packed
+from eagle_mini.runtime.cost import cost_curve
 
 
 def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
@@ -87,8 +87,8 @@ def tree_tokens(tree) -> int:
         >>> tree_tokens("eagle2"), tree_tokens("chain:4")
         (16, 5)
     """
-    from ..decode import named_tree
-    from ..tree import parse_tree
+    from eagle_mini.decode import named_tree
+    from eagle_mini.tree import parse_tree
     tree = named_tree(tree)
     if isinstance(tree, DynamicTree):
         return tree.total_tokens

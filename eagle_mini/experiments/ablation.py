@@ -30,10 +30,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import EagleMiniError
-from .evaluate import pooled_tau
-from ..results import results_json
-from .uncertainty import PAPER, VARIANTS, branch_probe, error_by_entropy, make_drafter, training_rows
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.measure.evaluate import pooled_tau
+from eagle_mini.results import results_json
+from eagle_mini.experiments.uncertainty import PAPER, VARIANTS, branch_probe, error_by_entropy, make_drafter, training_rows
 
 FORMAT = "eagle_mini.uncertainty/2"  # /2: seeds, per-conversation and per-prompt counts
 
@@ -106,7 +106,7 @@ class EpochSource:
 
 def length_grouped(rows: list[dict], batch_tokens: int) -> list[list[dict]]:
     """Rows in batches of similar length, rows x longest <= batch_tokens (`features.length_batches`)."""
-    from ..training.features import length_batches
+    from eagle_mini.training.features import length_batches
     groups = length_batches([len(r["input_ids"]) for r in rows], batch_tokens)
     return [[rows[i] for i in sorted(g)] for g in groups]
 
@@ -144,9 +144,9 @@ def train_variant(target, variant, batches, val_rows, cfg: AblationConfig, work:
                   draft_vocab=None, log=print, progress: bool = True) -> dict:
     """Train one head of the ablation with one seed (resumable), evaluate it after every epoch and
     per validation conversation at the end, save it."""
-    from ..head import DraftHead, new_head
-    from ..results import machine_info
-    from ..training.train import TrainConfig, acceptance_counts, evaluate_head, train_head
+    from eagle_mini.heads.eagle1 import DraftHead, new_head
+    from eagle_mini.results import machine_info
+    from eagle_mini.training.train import TrainConfig, acceptance_counts, evaluate_head, train_head
     aligned = [training_rows(b, variant) for b in batches]  # what this head's trainer reads
     head = new_head(target, seed=seed, draft_vocab=draft_vocab, input_mode=variant.input_mode)
     # An H-wide fc draws fewer random numbers than a 2H-wide one, which would shift the decoder
@@ -182,7 +182,7 @@ def decode_tau(target, head, variant, prompts, max_new_tokens: int, tree,
 
     tau counts tokens and cycles, not seconds, so nothing here is timed and it may run beside other
     work; this CPU's speedups are the bench's business (`measure.bench`)."""
-    from ..decode import generate, prepare_prompt
+    from eagle_mini.decode import generate, prepare_prompt
     rows = []
     for p in tqdm(prompts, desc=f"tau {variant.name}", unit="prompt", disable=not progress):
         ids = prepare_prompt(target, p)
@@ -234,9 +234,9 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
     keep: a directory that receives each finished variant's JSON files (`work` may not survive
     the sitting) and seeds a new `work` with them.
     progress: bars for the features, each head's training and the decoding."""
-    from ..training.features import compute_features
-    from ..head import DraftHead
-    from ..results import machine_info
+    from eagle_mini.training.features import compute_features
+    from eagle_mini.heads.eagle1 import DraftHead
+    from eagle_mini.results import machine_info
     t_start = time.perf_counter()
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
@@ -384,8 +384,8 @@ def sharegpt_inputs(target, cfg: AblationConfig) -> dict:
     """`run_ablation`'s data for a chat target: ShareGPT train and validation conversations up to
     the configured token counts, MT-bench first turns spread over the eight categories, and the
     draft vocabulary (the most frequent assistant tokens)."""
-    from ..training.data import evenly_spaced, iter_conversations, mtbench_questions, read_sharegpt
-    from ..training.commands import frequent_tokens
+    from eagle_mini.data import evenly_spaced, iter_conversations, mtbench_questions, read_sharegpt
+    from eagle_mini.training.commands import frequent_tokens
     data = read_sharegpt()
 
     def split(name, n_tokens):
@@ -432,7 +432,7 @@ def number(x) -> float:
 def arms(result: dict, metric: str) -> dict:
     """Per variant an `intervals.Arm` of `metric`: "top1" / "alpha1" (units: validation
     conversations, from each seed's last head) or "tau" (units: prompts)."""
-    from .intervals import Arm
+    from eagle_mini.measure.intervals import Arm
     out = {}
     for name, v in result["variants"].items():
         if metric == "tau":
@@ -452,7 +452,7 @@ def summarize(result: dict) -> dict:
     """Per metric and variant: the mean over seeds, each seed's value and a bootstrap interval over
     conversations (top-1, 1-alpha) or prompts (tau); and top-1 against training tokens, per epoch,
     averaged over seeds, so a reader sees whether the gaps still open."""
-    from .intervals import interval
+    from eagle_mini.measure.intervals import interval
     out = {}
     for metric in METRICS:
         out[metric] = {}
@@ -477,7 +477,7 @@ def paper_checks(result: dict, margin: float = 0.02) -> list[dict]:
     interval holds 0 and lies within +-`margin` (top-1). Returns rows {"claim", "paper", "ours",
     "holds", "differences"}: each difference with its estimate and interval.
     """
-    from .intervals import about_equal, excludes_zero, paired_difference
+    from eagle_mini.measure.intervals import about_equal, excludes_zero, paired_difference
     a = {m: arms(result, m) for m in METRICS}
 
     def diff(metric, lo, hi):

@@ -71,7 +71,7 @@ def set_matmul_precision(precision: str, root: Path = Path(".")) -> str:
     """
     import json
 
-    from ..errors import EagleMiniError
+    from eagle_mini.errors import EagleMiniError
     if precision not in MATMUL_PRECISIONS:
         raise EagleMiniError(f"unknown matmul precision {precision!r}; choose "
                              + ", ".join(MATMUL_PRECISIONS))

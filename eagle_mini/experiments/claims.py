@@ -22,8 +22,8 @@ acceptance rates do not.
 import json
 from pathlib import Path
 
-from ..errors import EagleMiniError
-from .intervals import Arm, excludes_zero, interval, paired_difference
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.measure.intervals import Arm, excludes_zero, interval, paired_difference
 
 FORMAT = "eagle_mini.paper_vs_ours/1"
 ABLATION, ACCEPTANCE = "uncertainty.json", "acceptance_smollm2-135m.json"
@@ -121,7 +121,7 @@ def defined(*values) -> bool:
 
 def ablation_rows(results) -> list[dict]:
     """One row per check of the seeded ablation (format /2), its verdict as the ablation gave it."""
-    from .ablation import FORMAT as ABLATION_FORMAT, METRICS
+    from eagle_mini.experiments.ablation import FORMAT as ABLATION_FORMAT, METRICS
     src = Source(results, ABLATION)
     claim = "input ablation: token only < feature only < feature & shifted token"
     setting, cite = "Vicuna-7B, MT-bench, T=0; EAGLE §3.1, Figs. 4 and 8", EAGLE
@@ -170,7 +170,7 @@ def ablation_verdict(check: dict) -> bool | None:
 
 def acceptance_rows(results) -> list[dict]:
     """Tree vs chain, EAGLE-2 vs EAGLE-1, T=0 vs T=1, calibration, n-alpha (`acceptance.py`)."""
-    from .acceptance import FORMAT as ACCEPTANCE_FORMAT
+    from eagle_mini.experiments.acceptance import FORMAT as ACCEPTANCE_FORMAT
     src = Source(results, ACCEPTANCE)
     if src.get("/format") != ACCEPTANCE_FORMAT:
         raise EagleMiniError(f"{src.path} is {src.get('/format')}, not {ACCEPTANCE_FORMAT}; "
@@ -315,7 +315,7 @@ def markdown(table: dict) -> str:
 def write_table(results="data/results", out=None,
                 command="python -m eagle_mini paper-vs-ours") -> tuple[str, str]:
     """Write OUT.json and OUT.md (default `<results>/paper_vs_ours`); returns both paths."""
-    from ..results import results_json
+    from eagle_mini.results import results_json
     table = paper_vs_ours(results, command)
     stem = Path(out) if out else Path(results) / "paper_vs_ours"
     stem.parent.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ JupyterLab runs on 127.0.0.1 on a free port with a token, its root a throwaway f
 copies of the notebooks (the notebooks find the repository through `eagle_mini.__file__`), so the
 committed files are never touched. Selenium is a development dependency, imported only by `main`.
 
-    python -m eagle_mini.course.browser                      # what `make test-browser` runs
-    python -m eagle_mini.course.browser notebooks/04_draft_trees.ipynb
+    python -m eagle_mini.tooling.browser                      # what `make test-browser` runs
+    python -m eagle_mini.tooling.browser notebooks/04_draft_trees.ipynb
 """
 import argparse
 import hashlib

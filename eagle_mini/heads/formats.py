@@ -49,9 +49,10 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from .errors import EagleMiniError
-from .eagle3 import Eagle3Head, aux_layers
-from .head import DraftHead, _layer_config, check_compatible
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.heads.eagle3 import Eagle3Head, aux_layers
+from eagle_mini.heads.base import check_compatible, layer_config
+from eagle_mini.heads.eagle1 import DraftHead
 
 WEIGHTS, CONFIG = "pytorch_model.bin", "config.json"
 
@@ -184,7 +185,7 @@ def eagle3_config(head: Eagle3Head, target, dtype=torch.bfloat16) -> dict:
 def official_config_base(target) -> dict:
     """The target's config cut to one layer, with rope_theta where older transformers (serving
     engines) read it."""
-    cfg = json.loads(_layer_config(target.config).to_json_string(use_diff=False))
+    cfg = json.loads(layer_config(target.config).to_json_string(use_diff=False))
     rope = cfg.get("rope_parameters") or {}
     if "rope_theta" in rope:
         cfg["rope_theta"] = rope["rope_theta"]
@@ -261,7 +262,7 @@ def _use_file_rope(head: Eagle3Head, cfg: dict) -> None:
     loader then falls back to 10000). Read `rope_parameters` (transformers 5) or `rope_theta` /
     `rope_scaling` (older writers); nothing there means 10000."""
     import copy
-    from .head import _decoder_classes
+    from eagle_mini.heads.base import decoder_classes
     rope = dict(cfg.get("rope_parameters") or {})
     if "rope_theta" not in rope:
         rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 10000.0)}
@@ -270,6 +271,6 @@ def _use_file_rope(head: Eagle3Head, cfg: dict) -> None:
             rope["rope_type"] = rope.pop("type", rope.get("rope_type", "default"))
     layer_config = copy.deepcopy(head.layer_config)
     layer_config.rope_parameters = rope
-    _, rope_cls = _decoder_classes(layer_config.model_type)
+    _, rope_cls = decoder_classes(layer_config.model_type)
     head.rotary = rope_cls(layer_config)
     head.layer_config = layer_config

@@ -7,11 +7,11 @@ import json
 
 import torch
 
-from ..errors import EagleMiniError
-from ..models import cache_dir
-from ..results import cpu_tag, results_json
-from .packed import available, pack_linears, unpack_linears
-from .profile import cost_curve
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.models import cache_dir
+from eagle_mini.results import cpu_tag, results_json
+from eagle_mini.runtime.packed import available, pack_linears, unpack_linears
+from eagle_mini.runtime.cost import cost_curve
 
 # The forwards a draft tree's verification makes on this CPU (the course's trees carry 4-16 tokens).
 CHOICE_SIZES = (4, 8, 16)

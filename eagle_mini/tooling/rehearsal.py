@@ -30,8 +30,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import EagleMiniError
-from ..results import machine_info, results_json
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.results import machine_info, results_json
 
 DONOR = "smollm2-135m"   # lends its tokenizer, chat template and special-token ids
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
@@ -42,7 +42,7 @@ METHODS = ("vanilla", "eagle2", "eagle3")
 
 
 def configs() -> tuple[str, ...]:
-    from ..models import BIG_CONFIGS
+    from eagle_mini.models import BIG_CONFIGS
     return ("tiny", *BIG_CONFIGS)
 
 
@@ -76,7 +76,7 @@ SIZES = {"tiny": Sizes(max_len=128, steps=2, stop_after=1, draft_vocab=0, gen_pr
 def model_config(config_name: str, donor_dir):
     """The named shape with the donor's vocabulary size and special-token ids."""
     from transformers import AutoConfig
-    from ..models import big_config, tiny_config
+    from eagle_mini.models import big_config, tiny_config
     donor = AutoConfig.from_pretrained(donor_dir)
     ids = {"vocab_size": donor.vocab_size, "bos_token_id": donor.bos_token_id,
            "eos_token_id": donor.eos_token_id, "pad_token_id": donor.pad_token_id}
@@ -92,9 +92,9 @@ def build_model(config_name: str, out_dir, seed: int = 0) -> dict:
     complete and kept as it is (-> its build record); a killed build leaves nothing half-made."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-    from ..models import resolve
-    from ..target import Target
-    from ..training.features import target_fingerprint
+    from eagle_mini.models import resolve
+    from eagle_mini.target import Target
+    from eagle_mini.training.features import target_fingerprint
     out = Path(out_dir)
     if (out / "build.json").exists():
         return json.loads((out / "build.json").read_text())
@@ -186,8 +186,8 @@ def first_differences(model_dir, dtype: str, generations: dict) -> dict:
     """Per EAGLE method, where its greedy text parts from vanilla's and how close the choice was
     (`bench.first_difference_margins`, one forward per parting prompt); None when all equal.
     generations: {"prompt_ids": [...], "vanilla": [ids, ...], method: [ids, ...], ...}."""
-    from ..models import load_target
-    from .bench import first_difference_margins, vanilla_top2_gaps
+    from eagle_mini.models import load_target
+    from eagle_mini.measure.bench import first_difference_margins, vanilla_top2_gaps
     target = load_target(str(model_dir), dtype=dtype)
     prompts, vanilla = generations["prompt_ids"], generations["vanilla"]
     gaps = vanilla_top2_gaps(target, prompts, vanilla)
@@ -198,7 +198,7 @@ def first_differences(model_dir, dtype: str, generations: dict) -> dict:
 def greedy_summary(generations: dict) -> dict:
     """Per EAGLE method: prompts whose greedy output equals vanilla's, and the share of vanilla's
     tokens produced before the first difference."""
-    from .bench import _common_prefix
+    from eagle_mini.measure.bench import _common_prefix
     vanilla = generations["vanilla"]
     out = {}
     for m, outs in generations.items():
@@ -216,8 +216,8 @@ def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
     """Run (or resume) the whole rehearsal and write its results JSON to `out` (default
     data/results/rehearsal_<config>.json); `root` (default runs/rehearsal_<config>) holds the
     model, features, heads, logs and step records. `command`: the command line, for the file."""
-    from ..training.commands import training_plan
-    from ..training.data import evenly_spaced, mtbench_prompts
+    from eagle_mini.training.commands import training_plan
+    from eagle_mini.data import evenly_spaced, mtbench_prompts
     if config not in configs():
         raise EagleMiniError(f"unknown rehearsal config {config!r}; known: {', '.join(configs())}")
     root = Path(root or f"runs/rehearsal_{config}")

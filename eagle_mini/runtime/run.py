@@ -6,9 +6,9 @@ an EAGLE-3 head (`eagle3.py`); "auto" is EAGLE-2 with the tree size measured for
 (`auto.py`). The algorithm itself never resolves "auto": measuring the machine
 is this package's job, so it happens here, before `generate` is called.
 """
-from ..decode import METHODS, generate, generate_vanilla
-from ..errors import EagleMiniError
-from .auto import auto_tree
+from eagle_mini.decode import METHODS, generate, generate_vanilla
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.runtime.auto import auto_tree
 
 METHOD_NAMES = ["vanilla", *METHODS, "eagle3", "auto"]
 

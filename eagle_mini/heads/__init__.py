@@ -1,15 +1,18 @@
-"""Which draft head to use: an explicit directory, the shipped head of a target, or a random one.
+"""Draft heads: `base` (what every head shares), `eagle1` (EAGLE's head), `eagle3` (EAGLE-3's),
+`formats` (the authors' checkpoint layouts), and here which head to use: an explicit directory,
+the shipped head of a target, or a random one.
 
 Shipped heads live in `data/heads/<target>/` of the repository (bf16 safetensors + config.json +
 model card). A random head is allowed -- EAGLE stays lossless with any head -- but it accepts almost
 nothing, so every caller is told which one it got.
 """
+import json
 from pathlib import Path
 
-from .eagle3 import KIND, Eagle3Head
-from .errors import EagleMiniError
-from .export import load_eagle3, load_official
-from .head import DraftHead, new_head
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.heads.eagle1 import DraftHead, new_head
+from eagle_mini.heads.eagle3 import KIND, Eagle3Head
+from eagle_mini.heads.formats import EAGLE3_ARCH, load_eagle3, load_official
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "heads"
 
@@ -35,23 +38,44 @@ def head_kind(head) -> str:
 
 def load_head(head_dir, target=None):
     """A head directory in our format (`DraftHead.save`, `Eagle3Head.save`, told apart by the
-    config's "kind"), an EAGLE-3 head in the authors' layout (`export.load_eagle3`) or an official
+    config's "kind"), an EAGLE-3 head in the authors' layout (`formats.load_eagle3`) or an official
     EAGLE-1 checkpoint."""
     d = Path(head_dir)
     if (d / "pytorch_model.bin").exists() and not (d / "model.safetensors").exists():
         return load_official(d, target)
-    if (d / "config.json").is_file():
-        cfg = (d / "config.json").read_text()
-        if '"LlamaForCausalLMEagle3"' in cfg:
-            return load_eagle3(d, target)
-        if f'"kind": "{KIND}"' in cfg:
-            return Eagle3Head.load(d, target)
+    cfg = read_config(d)
+    if EAGLE3_ARCH in cfg.get("architectures", []):
+        return load_eagle3(d, target)
+    if config_kind(cfg) == KIND:
+        return Eagle3Head.load(d, target)
     return DraftHead.load(d, target)
+
+
+def read_config(d: Path) -> dict:
+    """A head directory's parsed config.json, {} when it has none or it is not a JSON object (the
+    loaders then name what is missing or damaged)."""
+    try:
+        cfg = json.loads((Path(d) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def config_kind(cfg: dict) -> str:
+    """The kind of head a parsed config describes: "eagle3" for ours (`"kind": "eagle3"`) and for
+    the authors' EAGLE-3 layout (architecture `LlamaForCausalLMEagle3`), else "eagle1".
+
+        >>> config_kind({"kind": "eagle3"}), config_kind({"architectures": [EAGLE3_ARCH]})
+        ('eagle3', 'eagle3')
+        >>> config_kind({"architectures": ["LlamaForCausalLM"]})
+        'eagle1'
+    """
+    archs = cfg.get("architectures") or []
+    return KIND if cfg.get("kind") == KIND or EAGLE3_ARCH in archs else "eagle1"
 
 
 def shipped_heads(target_name: str) -> list[Path]:
     """Every shipped head directory for `target_name` (its config names the target)."""
-    import json
     out = []
     for d in sorted(SHIPPED.glob("*/config.json")):
         try:
@@ -65,17 +89,11 @@ def shipped_heads(target_name: str) -> list[Path]:
 def measured_tau(head_dir: Path) -> float | None:
     """The MT-bench tau `eval-head` recorded for a shipped head
     (`data/results/eval_head_<dir name>.json`), None if it was never evaluated."""
-    import json
     path = SHIPPED.parent / "results" / f"eval_head_{Path(head_dir).name}.json"
     try:
         return json.loads(path.read_text())["mtbench"]["tau"]
     except (OSError, KeyError, TypeError, json.JSONDecodeError):
         return None
-
-
-def _kind_of_dir(d: Path) -> str:
-    text = (d / "config.json").read_text()
-    return KIND if f'"kind": "{KIND}"' in text or '"LlamaForCausalLMEagle3"' in text else "eagle1"
 
 
 def default_head(target, head_dir=None, kind: str | None = None) -> tuple:
@@ -90,7 +108,7 @@ def default_head(target, head_dir=None, kind: str | None = None) -> tuple:
             raise EagleMiniError(f"{repository_path(head_dir)} holds an {head_kind(head)} head, "
                                  f"not an {kind} head")
         return head, f"draft head from {repository_path(head_dir)}"
-    shipped = [d for d in shipped_heads(target.name) if kind is None or _kind_of_dir(d) == kind]
+    shipped = [d for d in shipped_heads(target.name) if kind is None or config_kind(read_config(d)) == kind]
     if shipped:
         best = max(shipped, key=lambda d: (measured_tau(d) or 0.0, d.name))
         head = load_head(best, target)

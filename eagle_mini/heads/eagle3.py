@@ -32,9 +32,9 @@ import torch
 from torch import nn
 from transformers import AutoConfig
 
-from .errors import EagleMiniError
-from .head import (_decoder_classes, _layer_config, check_compatible, layer_positions_and_mask,
-                   load_weights, read_head_dir, save_head_dir)
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.heads.base import (check_compatible, decoder_classes, layer_config, layer_positions_and_mask,
+                                    load_weights, read_head_dir, save_head_dir)
 
 KIND = "eagle3"
 
@@ -51,7 +51,7 @@ def aux_layers(num_hidden_layers: int) -> tuple[int, int, int]:
 def _module_classes(model_type: str):
     """(Attention, MLP, RMSNorm) classes of the target's Llama-family modeling file."""
     import importlib
-    layer_cls, _ = _decoder_classes(model_type)
+    layer_cls, _ = decoder_classes(model_type)
     mod = importlib.import_module(layer_cls.__module__)
     prefix = layer_cls.__name__.removesuffix("DecoderLayer")
     try:
@@ -92,7 +92,7 @@ class Eagle3Head(nn.Module):
         super().__init__()
         self.target_config = target_config
         self.target_name = target_name
-        self.layer_config = _layer_config(target_config)
+        self.layer_config = layer_config(target_config)
         hidden = target_config.hidden_size
         self.aux_layers = tuple(layers) if layers is not None else aux_layers(
             target_config.num_hidden_layers)
@@ -107,7 +107,7 @@ class Eagle3Head(nn.Module):
             raise EagleMiniError("a draft vocabulary must hold distinct target ids")
         self.lm_head = nn.Linear(hidden, d2t.numel(), bias=False)
         self.register_buffer("draft_to_target", d2t, persistent=False)
-        _, rope_cls = _decoder_classes(target_config.model_type)
+        _, rope_cls = decoder_classes(target_config.model_type)
         self.rotary = rope_cls(self.layer_config)
         self._shared = {}
 
@@ -190,7 +190,7 @@ class Eagle3Head(nn.Module):
 
     # --- save / load ----------------------------------------------------------------------
     def config_dict(self) -> dict:
-        return {"format": "eagle_mini.head/1", "kind": KIND, "target_name": self.target_name,
+        return {"format": "eagle_mini.heads.eagle1/1", "kind": KIND, "target_name": self.target_name,
                 "target_config": self.target_config.to_dict(), "aux_layers": list(self.aux_layers),
                 "draft_vocab_size": self.draft_vocab_size,
                 **({"lm_head_frozen": True} if self.lm_head_frozen else {})}

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..draft import Drafter, DynamicTree
-from ..training.train import reading_ids
+from eagle_mini.draft import Drafter, DynamicTree
+from eagle_mini.training.train import reading_ids
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class UnshiftedDrafter(Drafter):
 
 def resolve_tree(tree):
     """A `generate` tree name or spec -> what `Drafter` takes ("eagle2" -> `DynamicTree()`)."""
-    from ..decode import METHODS
+    from eagle_mini.decode import METHODS
     if isinstance(tree, str) and tree in METHODS:
         return METHODS[tree] or DynamicTree()
     return tree

@@ -21,8 +21,8 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import EagleMiniError
-from .profile import CHEAP, cheap_until
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.runtime.cost import CHEAP, cheap_until
 
 COMMAND = "python -m eagle_mini results-md"
 RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
@@ -106,7 +106,7 @@ def short_head(text: str) -> str:
 
 def tree_name(spec: str) -> str:
     """A tree spec as a results file stores it, with the course default spelled out."""
-    from ..draft import DynamicTree
+    from eagle_mini.draft import DynamicTree
     return f"eagle2 = {DynamicTree()}" if spec == "eagle2" else spec
 
 
@@ -196,14 +196,14 @@ def other_sets_lines(f: Files) -> list[str]:
 
 
 def ablation_section(f: Files) -> list[str]:
-    from .ablation import FORMAT, summary_table
+    from eagle_mini.experiments.ablation import FORMAT, summary_table
     u = f.json(ABLATION)
     head = ["## Feature uncertainty: the four-input ablation (EAGLE §3.1, Figs. 4 and 8)", "",
             "Four heads with the same data, steps, optimizer and layer; only the input differs "
             "(notebook 02). Validation top-1 and 1-alpha are teacher-forced; tau is EAGLE-2 "
             "decoding of MT-bench prompts. The paper's column is the paper's (Vicuna-7B).", ""]
     if u.get("format") == FORMAT:
-        from .claims import ablation_verdict
+        from eagle_mini.experiments.claims import ablation_verdict
         said = {True: "holds", False: "does not hold", None: "not shown (an interval holds 0)"}
         checks = [[c["claim"], c["paper"], c["ours"], said[ablation_verdict(c)]] for c in u["checks"]]
         body = [summary_table(u), "", *table(["claim", "paper", "ours (paired 95% interval)",
@@ -233,7 +233,7 @@ def ablation_section(f: Files) -> list[str]:
 
 
 def claims_section(f: Files) -> list[str]:
-    from .claims import cell
+    from eagle_mini.experiments.claims import cell
     t = f.json(CLAIMS)
     rows = [[r["claim"], f"{r['paper']['figure']} ({r['paper']['setting']})",
              "<br>".join(cell(q).replace("|", "\\|") for q in r["ours"]) or "-", r["status"]]
@@ -393,7 +393,7 @@ def uses_shipped_head(f: Files, run: dict) -> bool:
 
 
 def bench_section(f: Files) -> list[str]:
-    from .bench import markdown_table
+    from eagle_mini.measure.bench import markdown_table
     out = ["## Speed on this CPU (`bench`)", "",
            "Methods interleaved prompt by prompt in one run; speedups are ratios within that run. "
            "`predicted` is the cost model tau / (c(N)/c(1) + draft cost) from the curve measured "
@@ -445,8 +445,8 @@ def lossless_section(f: Files) -> list[str]:
 
 
 def plan_section() -> list[str]:
-    from ..models import BIG_CONFIGS
-    from ..training.commands import training_plan
+    from eagle_mini.models import BIG_CONFIGS
+    from eagle_mini.training.commands import training_plan
     tokens = 68_000 * 1_000
     p = training_plan(BIG_CONFIGS["vicuna-7b"], tokens)
     return ["## What a 7B head costs (computed, not measured)", "",

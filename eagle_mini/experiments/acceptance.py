@@ -20,11 +20,11 @@ bench's (`bench.py`).
 """
 import time
 
-from ..decode import generate
-from ..draft import tree_from_spec
-from ..results import machine_info
-from .bench import calibration_bins
-from .intervals import Arm, interval, paired_difference
+from eagle_mini.decode import generate
+from eagle_mini.draft import tree_from_spec
+from eagle_mini.results import machine_info
+from eagle_mini.measure.bench import calibration_bins
+from eagle_mini.measure.intervals import Arm, interval, paired_difference
 
 FORMAT = "eagle_mini.acceptance/1"
 
@@ -53,7 +53,7 @@ def measure(target, head, questions, max_new_tokens: int = 64, alpha_examples=()
     """Every arm of `ARMS` on each question's first turn (seed = the prompt's index at T=1), and
     n-alpha per conversation of `alpha_examples` (featurized rows) -> the raw counts."""
     from tqdm.auto import tqdm
-    from ..training.train import acceptance_counts
+    from eagle_mini.training.train import acceptance_counts
     arms = {name: {"tree": spec, "temperature": t, "per_prompt": []} for name, (spec, t) in ARMS.items()}
     calibration, pairs = [], []
     for i, q in enumerate(tqdm(questions, desc="measure-acceptance", unit="prompt",
@@ -100,8 +100,8 @@ def acceptance_command(target, head, note: str, n_prompts: int, max_new_tokens: 
                        n_text: int, max_len: int, command: str, progress: bool = True) -> dict:
     """`measure-acceptance`: MT-bench first turns spread over the categories, the test split's
     first `n_text` conversations; the results file's whole content."""
-    from ..training.commands import validation_features
-    from ..training.data import evenly_spaced, mtbench_questions
+    from eagle_mini.training.commands import validation_features
+    from eagle_mini.data import evenly_spaced, mtbench_questions
     start = time.perf_counter()
     rows = validation_features(target, n_text, max_len, split="test")
     result = {"format": FORMAT, "command": command, "head": note, "target": target.name,

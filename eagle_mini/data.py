@@ -22,8 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..assets import asset_path
-from ..errors import EagleMiniError
+from eagle_mini.assets import asset_path
+from eagle_mini.errors import EagleMiniError
 
 # ShareGPT speaker names -> chat-template roles. The rare ones come from other chat front ends.
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
