@@ -16,7 +16,7 @@ the notebooks.
     >>> generate(target, head, "Why is the sky blue?").stats["tau"]    # doctest: +SKIP
 """
 from eagle_mini.decode import EagleDecoder, Generation, generate, generate_vanilla
-from eagle_mini.draft import DynamicTree
+from eagle_mini.tree import DynamicTree
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads import default_head, load_head
 from eagle_mini.models import load_target, tiny_target

@@ -65,8 +65,8 @@ def add_head_args(p):
 
 
 def build_parser() -> Parser:
-    from eagle_mini.measure.bench import METHODS as BENCH_METHODS
-    from eagle_mini.runtime.run import METHOD_NAMES
+    from eagle_mini.heads import HEAD_KINDS
+    from eagle_mini.methods import BENCH_DEFAULT, DECODERS, VANILLA
     from eagle_mini.tooling.rehearsal import configs
     REHEARSAL_CONFIGS = configs()
     parser = Parser(prog="eagle-mini", description="EAGLE speculative decoding, small and tested.")
@@ -76,7 +76,7 @@ def build_parser() -> Parser:
     add_target_args(g)
     g.add_argument("--prompt", required=True, help="user message (goes through the chat template)")
     g.add_argument("--max-new-tokens", type=positive_int, default=128)
-    g.add_argument("--method", default="vanilla", choices=METHOD_NAMES)
+    g.add_argument("--method", default=VANILLA, choices=DECODERS)
     add_head_args(g)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 1.0: off)")
@@ -161,7 +161,7 @@ def build_parser() -> Parser:
     t.add_argument("--max-len", type=positive_int, default=1024)
     t.add_argument("--draft-vocab", type=int, default=0, help="reduced draft vocabulary size")
     t.add_argument("--ce-vocab", type=int, default=0, help="restrict the soft CE to N tokens")
-    t.add_argument("--kind", default="eagle1", choices=["eagle1", "eagle3"],
+    t.add_argument("--kind", default=HEAD_KINDS[0], choices=HEAD_KINDS,
                    help="a new head's kind: eagle1 (fc 2H -> H, feature + token loss) or eagle3 "
                         "(three target layers, own lm_head, token loss over unrolled steps); "
                         "--init keeps its head's kind")
@@ -210,7 +210,7 @@ def build_parser() -> Parser:
     b = sub.add_parser("bench", help="EAGLE vs vanilla, HF generate and prompt lookup, side by side")
     add_target_args(b)
     b.add_argument("--head", default=None, help="draft head directory (default: shipped head)")
-    b.add_argument("--methods", default=",".join(BENCH_METHODS),
+    b.add_argument("--methods", default=",".join(BENCH_DEFAULT),
                    help="comma-separated; eagle3 (needs an EAGLE-3 head) runs when named")
     b.add_argument("--dataset", default="mtbench", choices=["mtbench", "humaneval", "sharegpt-test"])
     b.add_argument("--n", type=positive_int, default=10)
@@ -338,21 +338,22 @@ def load(args):
 
 def head_for(args, target, methods=()):
     """--head DIR, else the best shipped head for the target, else a random head (said loudly).
-    When `methods` hold "eagle3" beside other EAGLE methods: {"eagle1": ..., "eagle3": ...}, the
-    best shipped head of each kind (`measure.methods.pick_head` hands each method its own)."""
-    from eagle_mini.heads import default_head
-    if "eagle3" not in methods or args.head is not None:
+    When `methods` draft with more than one head kind (the table's `head` column): {kind: head},
+    the best shipped head of each kind (`runtime.run.pick_head` hands each method its own)."""
+    from eagle_mini.heads import HEAD_KINDS, default_head
+    from eagle_mini.methods import method
+    kinds = sorted({method(m).head for m in methods if method(m).is_eagle}, key=HEAD_KINDS.index)
+    if args.head is not None or kinds in ([], [HEAD_KINDS[0]]):
         return default_head(target, args.head)
-    h3, n3 = default_head(target, kind="eagle3")
-    if not set(methods) - {"eagle3", "vanilla"}:
-        return h3, n3
-    h1, n1 = default_head(target, kind="eagle1")
-    return {"eagle1": h1, "eagle3": h3}, f"{n1}; {n3}"
+    heads = {kind: default_head(target, kind=kind) for kind in kinds}
+    if len(heads) == 1:
+        return next(iter(heads.values()))
+    return ({k: h for k, (h, _) in heads.items()}, "; ".join(n for _, n in heads.values()))
 
 
 def tree_arg(spec):
     """--tree text -> what `generate` takes; a bad spec fails before any loading."""
-    from eagle_mini.draft import tree_from_spec
+    from eagle_mini.tree import tree_from_spec
     return None if spec is None else tree_from_spec(spec)
 
 
@@ -369,16 +370,17 @@ def fmt(x, spec=".2f"):
 
 
 def cmd_generate(args):
+    from eagle_mini.methods import method
     from eagle_mini.runtime.run import run_method
-    if args.method == "vanilla":
-        refuse_ignored(args, ("--head", "--tree"), "with --method vanilla")
+    if not method(args.method).is_eagle:
+        refuse_ignored(args, ("--head", "--tree"), f"with --method {args.method}")
     if not args.temperature:
         refuse_ignored(args, ("--top-p", "--top-k", "--seed"), "when decoding greedily "
                        "(--temperature 0)")
     tree = tree_arg(args.tree)
     target = load(args)
     head = None
-    if args.method != "vanilla":
+    if method(args.method).is_eagle:
         head, note = head_for(args, target, (args.method,))
         print(note, file=sys.stderr)
     streamer = None if args.json else _text_streamer(target)
@@ -462,6 +464,7 @@ def print_op_breakdown(target, args):
 def cmd_demo(args):
     """The same prompt with vanilla, EAGLE-2 and `auto`: equal texts, tau and the speedups, and
     where EAGLE is slower on this machine, why (from the cost curve measured here)."""
+    from eagle_mini.methods import AUTO, EAGLE2, VANILLA
     from eagle_mini.runtime.auto import auto_tree, tree_tokens, why_slower
     from eagle_mini.runtime.run import method_tree, run_method
     from eagle_mini.runtime.cost import cost_curve
@@ -474,18 +477,18 @@ def cmd_demo(args):
         from eagle_mini.runtime.kernels import kernels_note
         print(f"matmul: {kernels_note(target.kernels)}")
     print(f"prompt: {args.prompt}\n")
-    run_method(target, head, "eagle2", "Hi!", 8)  # warm-up: first calls pay one-off costs
+    run_method(target, head, EAGLE2, "Hi!", 8)  # warm-up: first calls pay one-off costs
     curve = cost_curve(target, repeats=3, progress=False)
     auto_tree(target, head, curve=curve)  # sized once per machine and head, then cached
-    van = run_method(target, head, "vanilla", args.prompt, args.max_new_tokens,
+    van = run_method(target, head, VANILLA, args.prompt, args.max_new_tokens,
                      streamer=_text_streamer(target))
     print("\n")
     v = van.stats
     print(f"vanilla greedy : {v['new_tokens']} tokens, {v['tokens_per_second']:.1f} tok/s, "
           f"1 token per target forward")
     slower = []
-    for method, label in (("eagle2", "EAGLE-2 greedy "), ("auto", "auto (EAGLE-2) ")):
-        chosen = method_tree(target, head, method, tree if method == "eagle2" else None)
+    for method, label in ((EAGLE2, "EAGLE-2 greedy "), (AUTO, "auto (EAGLE-2) ")):
+        chosen = method_tree(target, head, method, tree if method == EAGLE2 else None)
         run = run_method(target, head, method, args.prompt, args.max_new_tokens, tree=chosen)
         e = run.stats
         speedup = v["seconds"] / e["seconds"]
@@ -562,10 +565,10 @@ def cmd_bench(args):
 def cmd_export(args):
     """A head in the layout its authors publish and serving engines load."""
     from eagle_mini.heads.formats import export_eagle3, export_official
-    from eagle_mini.heads import head_kind
+    from eagle_mini.heads import HEAD_KINDS, head_kind
     target = load(args)
     head, note = head_for(args, target)
-    if head_kind(head) == "eagle3":
+    if head_kind(head) == HEAD_KINDS[1]:
         out = export_eagle3(head, target, args.out)
     else:
         out = export_official(head, target, args.out)

@@ -13,7 +13,8 @@ one cycle at a time in three public steps, so a notebook can stop between them:
     new_tokens = dec.accept(checked)          # compact the caches to the path; bonus is the new root
 
 Every loop returns a `Generation` with the same `stats` contract the CLI prints with `--json`:
-`new_tokens`, `seconds` (generation wall time, model loading excluded; EAGLE splits it into
+`new_tokens`, `seconds` (generation wall time from the prefill on: model loading, templating and
+tokenising excluded, the same clock for every method; EAGLE splits it into
 `draft_seconds` and `verify_seconds` of the cycles, the prefill in `other_seconds`), `target_forwards`
 (prefill included), `tau` -- the papers' tau: the mean number of tokens a draft-verify cycle adds,
 bonus token included, prefill not counted (a last cycle cut by `max_new_tokens` or EOS counts the
@@ -25,8 +26,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from eagle_mini.draft import Draft, Drafter, DynamicTree
+from eagle_mini.draft import Draft, Drafter
 from eagle_mini.errors import EagleMiniError
+from eagle_mini.methods import EAGLE, EAGLE2, VANILLA, resolve_tree
 from eagle_mini.sampling import SamplingConfig, make_generator, next_token, warp
 from eagle_mini.target import keep_cache_entries
 from eagle_mini.verify import SampledTreeRule, TopKTreeRule, verify_greedy, verify_sampling
@@ -103,23 +105,9 @@ def generate_vanilla(target, prompt, max_new_tokens: int = 128, temperature: flo
         forwards += 1
     seconds = time.perf_counter() - start
     return Generation(ids, out, target.decode(out), stats={
-        "method": "vanilla", "new_tokens": len(out), "seconds": seconds,
+        "method": VANILLA, "new_tokens": len(out), "seconds": seconds,
         "tokens_per_second": len(out) / seconds, "target_forwards": forwards,
         **cycle_stats(len(out), forwards), "stop": stop})
-
-
-METHODS = {
-    "eagle-chain": "chain:4",   # a chain of 4 draft tokens
-    "eagle": "eagle1",          # EAGLE-1's static 26-token tree
-    "eagle2": None,             # EAGLE-2 dynamic tree (DynamicTree defaults)
-}
-
-
-def named_tree(tree):
-    """A method name ("eagle-chain", "eagle", "eagle2") -> its tree; anything else unchanged."""
-    if isinstance(tree, str) and tree in METHODS:
-        return METHODS[tree] or DynamicTree()
-    return tree
 
 
 @dataclass
@@ -146,16 +134,16 @@ class EagleDecoder:
 
     The constructor runs the prefill and the head over the prompt; then each cycle is
     `draft()` -> `verify(draft)` -> `accept(verified)`. `output_ids` grows by `accept`'s tokens.
-    tree: a method name ("eagle-chain", "eagle", "eagle2"), a static tree spec ("eagle1",
-    "chain:K", a choices list) or a `DynamicTree`. `drafter` replaces the head's `Drafter` with any
+    tree: a method name from the table (`eagle_mini/methods.py`), a tree spec ("eagle1",
+    "chain:K", "dynamic:T,D,K", a choices list), a `Tree` or a `DynamicTree`. `drafter` replaces the head's `Drafter` with any
     object offering `extend`, `draft`, `sampled`, `generator` and `head_forwards`.
     """
 
     @torch.no_grad()
-    def __init__(self, target, head, prompt, tree="eagle2", temperature: float = 0.0,
+    def __init__(self, target, head, prompt, tree=EAGLE2, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = 0, drafter=None):
         self.target, self.cfg = target, SamplingConfig(temperature, top_p, top_k)
-        self.tree = named_tree(tree)
+        self.tree = resolve_tree(tree)
         self.prompt_ids = prepare_prompt(target, prompt)
         self.generator = make_generator(seed, target.device)
         if drafter is None:
@@ -237,7 +225,7 @@ def kept_tokens(new: list[int], produced: int, max_new_tokens: int, eos) -> tupl
 
 @torch.no_grad()
 def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float = 0.0,
-             top_p: float = 1.0, top_k: int = 0, tree="eagle2", seed: int | None = 0,
+             top_p: float = 1.0, top_k: int = 0, tree=EAGLE2, seed: int | None = 0,
              streamer=None, drafter=None) -> Generation:
     """EAGLE decoding (EAGLE §3): draft a tree with the head, verify it in one target forward.
 
@@ -245,8 +233,9 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
     exactly like it when sampling. `tree` and `drafter` as in `EagleDecoder`.
     """
     check_max_new_tokens(max_new_tokens)
+    ids = prepare_prompt(target, prompt)   # templating and tokenising stay off the clock
     start = time.perf_counter()
-    dec = EagleDecoder(target, head, prompt, tree, temperature, top_p, top_k, seed, drafter)
+    dec = EagleDecoder(target, head, ids, tree, temperature, top_p, top_k, seed, drafter)
     eos = target.eos_token_ids
     out, cycles, depth_tries, depth_hits, confidence = [dec.root], [], {}, {}, []
     stop = "eos" if dec.root in eos else "max_new_tokens"
@@ -271,7 +260,7 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
     seconds = time.perf_counter() - start
     forwards, timer = dec.target_forwards, dec.seconds
     return Generation(dec.prompt_ids, out, target.decode(out), stats={
-        "method": "eagle", "tree": str(dec.tree), "new_tokens": len(out), "seconds": seconds,
+        "method": EAGLE, "tree": str(dec.tree), "new_tokens": len(out), "seconds": seconds,
         "tokens_per_second": len(out) / seconds, "target_forwards": forwards,
         **cycle_stats(len(out), forwards), "cycle_lengths": cycles,
         "acceptance_per_depth": {d: depth_hits.get(d, 0) / n for d, n in sorted(depth_tries.items())},

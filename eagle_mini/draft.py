@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from eagle_mini.errors import EagleMiniError
 from eagle_mini.sampling import warp
 from eagle_mini.target import crop_cache
-from eagle_mini.tree import Tree, from_parents, parse_tree
+from eagle_mini.methods import EAGLE2, resolve_tree
+from eagle_mini.tree import DynamicTree, Tree, from_parents
 
 
 @dataclass
@@ -39,57 +39,13 @@ class Draft:
     q: torch.Tensor | None = None
 
 
-@dataclass(frozen=True)
-class DynamicTree:
-    """EAGLE-2 tree settings (EAGLE-2 §4): `depth` draft levels, each expanding the `topk` best
-    frontier nodes into `topk` children; the tree keeps `total_tokens` nodes, the root included.
-
-    `depth` counts draft levels. The authors' code takes the root's top-k first and then runs
-    `depth` more expansions, so their `depth=d` drafts d + 1 levels: their 60 / 5 / 10 is our
-    `DynamicTree(60, 6, 10)`, on the command line `dynamic:60,6,10`.
-    """
-    total_tokens: int = 16
-    depth: int = 5
-    topk: int = 4
-
-    def __post_init__(self):
-        for name, least in (("total_tokens", 2), ("depth", 1), ("topk", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < least:
-                raise EagleMiniError(f"DynamicTree {name} must be an integer >= {least}, got "
-                                     f"{value!r} (a tree needs the root and at least one draft node)")
-
-    def __str__(self) -> str:
-        return f"dynamic:{self.total_tokens},{self.depth},{self.topk}"
-
-
-def tree_from_spec(spec):
-    """A tree spec as the CLI takes it -> what `generate` takes: "dynamic:TOTAL,DEPTH,TOPK" gives a
-    `DynamicTree`, anything else goes to `tree.parse_tree` ("eagle1", "chain:K", JSON, a file).
-
-    >>> tree_from_spec("dynamic:60,6,10")
-    DynamicTree(total_tokens=60, depth=6, topk=10)
-    """
-    if isinstance(spec, str) and spec.startswith("dynamic:"):
-        try:
-            total, depth, topk = (int(x) for x in spec.split(":", 1)[1].split(","))
-        except ValueError:
-            raise EagleMiniError(f"tree {spec!r}: use dynamic:TOTAL,DEPTH,TOPK, "
-                                 "e.g. dynamic:16,5,4") from None
-        return DynamicTree(total, depth, topk)
-    tree = parse_tree(spec)
-    if tree.num_nodes < 2:
-        raise EagleMiniError(f"tree {spec!r} has no draft node: nothing would be drafted")
-    return tree
-
-
 class Drafter:
     """Runs the head over the stable context and drafts one tree per verification cycle."""
 
-    def __init__(self, head, tree="eagle2", temperature: float = 0.0, top_p: float = 1.0,
+    def __init__(self, head, tree=EAGLE2, temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, generator=None):
         self.head = head
-        self.shape = tree if isinstance(tree, DynamicTree) else parse_tree(tree)
+        self.shape = resolve_tree(tree)
         self.sampled = temperature > 0 and not isinstance(self.shape, DynamicTree)
         self.warp_args = (temperature, top_p, top_k)
         self.generator = generator

@@ -14,6 +14,10 @@ From the parent list follow the **tree attention mask** (a node sees its ancesto
 the **position ids** (prefix length + depth, so siblings share a position) and the
 **retrieve_paths** (one row per root-to-leaf path, the candidates greedy verification compares).
 
+EAGLE-2's tree has no fixed shape: `DynamicTree` holds its settings (total tokens, depth, top-k)
+and the drafter grows it per cycle. `tree_from_spec` reads every tree spec the package takes
+("eagle1", "chain:K", "dynamic:T,D,K", JSON choices, a .json file).
+
 Left out: tokens, scores and the prefix part of the mask (the target module adds the prefix).
 """
 import json
@@ -273,3 +277,51 @@ def _load_json(text: str, where: str):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise EagleMiniError(f"{where} is not valid JSON: {e}") from None
+
+
+@dataclass(frozen=True)
+class DynamicTree:
+    """EAGLE-2 tree settings (EAGLE-2 §4): `depth` draft levels, each expanding the `topk` best
+    frontier nodes into `topk` children; the tree keeps `total_tokens` nodes, the root included.
+
+    `depth` counts draft levels. The authors' code takes the root's top-k first and then runs
+    `depth` more expansions, so their `depth=d` drafts d + 1 levels: their 60 / 5 / 10 is our
+    `DynamicTree(60, 6, 10)`, on the command line `dynamic:60,6,10`.
+    """
+    total_tokens: int = 16
+    depth: int = 5
+    topk: int = 4
+
+    def __post_init__(self):
+        for name, least in (("total_tokens", 2), ("depth", 1), ("topk", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < least:
+                raise EagleMiniError(f"DynamicTree {name} must be an integer >= {least}, got "
+                                     f"{value!r} (a tree needs the root and at least one draft node)")
+
+    def __str__(self) -> str:
+        return f"dynamic:{self.total_tokens},{self.depth},{self.topk}"
+
+
+def tree_from_spec(spec):
+    """The one tree-spec parser: a spec as the CLI takes it -> what `generate` takes.
+    "dynamic:TOTAL,DEPTH,TOPK" gives a `DynamicTree`; a `Tree` or `DynamicTree` is taken as it is;
+    anything else goes to `parse_tree` ("eagle1", "chain:K", JSON, a file) and must draft a node.
+    Method names ("eagle2") are the table's (`eagle_mini.methods.resolve_tree`).
+
+    >>> tree_from_spec("dynamic:60,6,10")
+    DynamicTree(total_tokens=60, depth=6, topk=10)
+    """
+    if isinstance(spec, DynamicTree):
+        return spec
+    if isinstance(spec, str) and spec.startswith("dynamic:"):
+        try:
+            total, depth, topk = (int(x) for x in spec.split(":", 1)[1].split(","))
+        except ValueError:
+            raise EagleMiniError(f"tree {spec!r}: use dynamic:TOTAL,DEPTH,TOPK, "
+                                 "e.g. dynamic:16,5,4") from None
+        return DynamicTree(total, depth, topk)
+    tree = parse_tree(spec)
+    if tree.num_nodes < 2:
+        raise EagleMiniError(f"tree {spec!r} has no draft node: nothing would be drafted")
+    return tree

@@ -208,7 +208,7 @@ def test_measure_keeps_per_prompt_counts_that_pool_to_generates_tau_and_alpha():
     calibration counts and n-alpha per conversation pool to the package's own measures."""
     import torch
     from eagle_mini import generate, tiny_target
-    from eagle_mini.draft import tree_from_spec
+    from eagle_mini.tree import tree_from_spec
     from eagle_mini.heads.eagle1 import new_head
     from eagle_mini.measure.evaluate import pooled_tau
     from eagle_mini.data import Example

@@ -9,7 +9,8 @@ import torch
 
 from eagle_mini import EagleMiniError, tiny_target
 from eagle_mini.decode import generate, generate_vanilla
-from eagle_mini.draft import Drafter, DynamicTree
+from eagle_mini.draft import Drafter
+from eagle_mini.tree import DynamicTree
 from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.target import crop_cache
 

@@ -10,7 +10,8 @@ import torch
 from hypothesis import assume, given, settings, strategies as st
 
 from eagle_mini import tiny_target
-from eagle_mini.draft import Drafter, DynamicTree
+from eagle_mini.draft import Drafter
+from eagle_mini.tree import DynamicTree
 from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.training.train import TrainConfig, eagle_loss
 from eagle_mini.tree import EAGLE1_CHOICES, from_choices, parse_tree

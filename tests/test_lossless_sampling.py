@@ -28,7 +28,8 @@ from scipy.stats import chisquare
 
 import eagle_mini.decode
 from eagle_mini.decode import generate
-from eagle_mini.draft import Draft, Drafter, DynamicTree
+from eagle_mini.draft import Draft, Drafter
+from eagle_mini.tree import DynamicTree
 from eagle_mini.heads.eagle3 import new_eagle3_head
 from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.models import tiny_target

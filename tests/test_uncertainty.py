@@ -13,7 +13,7 @@ from eagle_mini.experiments.ablation import (AblationConfig, EpochSource, config
 from eagle_mini.cli import build_parser
 from eagle_mini.data import Example
 from eagle_mini.decode import generate, generate_vanilla
-from eagle_mini.draft import DynamicTree
+from eagle_mini.tree import DynamicTree
 from eagle_mini.training.features import compute_features
 from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.training.train import chain_acceptance, eagle_loss

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from eagle_mini.decode import EagleDecoder, generate_vanilla, prepare_prompt
-from eagle_mini.draft import Draft, DynamicTree
+from eagle_mini.draft import Draft
+from eagle_mini.tree import DynamicTree
 from eagle_mini.errors import EagleMiniError
 
 

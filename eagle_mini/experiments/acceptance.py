@@ -21,7 +21,7 @@ bench's (`bench.py`).
 import time
 
 from eagle_mini.decode import generate
-from eagle_mini.draft import tree_from_spec
+from eagle_mini.tree import tree_from_spec
 from eagle_mini.results import machine_info
 from eagle_mini.measure.bench import calibration_bins
 from eagle_mini.measure.intervals import Arm, interval, paired_difference

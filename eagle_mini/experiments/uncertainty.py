@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from eagle_mini.draft import Drafter, DynamicTree
+from eagle_mini.draft import Drafter
+from eagle_mini.methods import EAGLE2, resolve_tree
 from eagle_mini.training.train import reading_ids
 
 
@@ -83,7 +84,7 @@ class UnshiftedDrafter(Drafter):
     given, so the drafter must know the prompt's first token.
     """
 
-    def __init__(self, head, tree="eagle2", first_token: int = 0, **kw):
+    def __init__(self, head, tree=EAGLE2, first_token: int = 0, **kw):
         self.first_token = int(first_token)
         super().__init__(head, tree, **kw)
 
@@ -113,14 +114,6 @@ class UnshiftedDrafter(Drafter):
             parent_tokens[has] = self.draft_tokens[deepest[has]]
         self.draft_tokens = torch.cat([self.draft_tokens, tokens.cpu()])
         return super()._run(parent_features, parent_tokens.to(tokens.device), depth, mask)
-
-
-def resolve_tree(tree):
-    """A `generate` tree name or spec -> what `Drafter` takes ("eagle2" -> `DynamicTree()`)."""
-    from eagle_mini.decode import METHODS
-    if isinstance(tree, str) and tree in METHODS:
-        return METHODS[tree] or DynamicTree()
-    return tree
 
 
 def make_drafter(head, variant: Variant, tree, prompt_ids: list[int]) -> Drafter:

@@ -10,10 +10,11 @@ import json
 from pathlib import Path
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.heads.eagle1 import DraftHead, new_head
+from eagle_mini.heads.eagle1 import KIND as EAGLE1_KIND, DraftHead, new_head
 from eagle_mini.heads.eagle3 import KIND, Eagle3Head
 from eagle_mini.heads.formats import EAGLE3_ARCH, load_eagle3, load_official
 
+HEAD_KINDS = (EAGLE1_KIND, KIND)   # what `train-head --kind` builds; a config's "kind"
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "heads"
 
 
@@ -33,7 +34,7 @@ def repository_path(path) -> str:
 
 def head_kind(head) -> str:
     """"eagle3" for an EAGLE-3 head, "eagle1" for an EAGLE-1 head (`DraftHead`)."""
-    return getattr(head, "kind", "eagle1")
+    return getattr(head, "kind", EAGLE1_KIND)
 
 
 def load_head(head_dir, target=None):
@@ -71,7 +72,7 @@ def config_kind(cfg: dict) -> str:
         'eagle1'
     """
     archs = cfg.get("architectures") or []
-    return KIND if cfg.get("kind") == KIND or EAGLE3_ARCH in archs else "eagle1"
+    return KIND if cfg.get("kind") == KIND or EAGLE3_ARCH in archs else EAGLE1_KIND
 
 
 def shipped_heads(target_name: str) -> list[Path]:

@@ -26,6 +26,7 @@ from eagle_mini.heads.base import (check_compatible, decoder_classes, layer_conf
                                     load_weights, read_head_dir, save_head_dir)
 
 INPUT_MODES = ("feature+token", "feature", "token")
+KIND = "eagle1"
 
 
 class DraftHead(nn.Module):

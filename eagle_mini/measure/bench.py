@@ -13,7 +13,6 @@ Batch size 1.
 """
 import json
 import statistics
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -23,50 +22,15 @@ from eagle_mini.data import evenly_spaced, load_prompts
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.auto import choose_auto_tree, predict
 from eagle_mini.measure.evaluate import pooled_tau
-from eagle_mini.runtime.run import named_tree_of, pick_head, run_method
+from eagle_mini.methods import AUTO, BENCH_DEFAULT, EAGLE2, METHOD_NAMES, VANILLA
+from eagle_mini.runtime.run import pick_head, run_method
 from eagle_mini.runtime.kernels import kernels_note
 from eagle_mini.runtime.cost import cost_curve, pool_cost_curves
 from eagle_mini.results import machine_info, results_json
 
-METHODS = ("vanilla", "hf-generate", "hf-prompt-lookup", "eagle-chain", "eagle", "eagle2", "auto")
-KNOWN = METHODS + ("eagle3",)  # eagle3 runs when asked for: it needs an EAGLE-3 head
-
-
-class ForwardCounter:
-    """Counts target forwards of HF `generate` (a hook on the model's forward)."""
-
-    def __init__(self, model):
-        self.calls = 0
-        self.handle = model.register_forward_pre_hook(self._count)
-
-    def _count(self, *_):
-        self.calls += 1
-
-    def close(self):
-        self.handle.remove()
-
-
 def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, auto_tree=None):
-    """One generation -> (output ids, stats); HF methods get the same stats where they exist."""
-    from eagle_mini.decode import cycle_stats, prepare_prompt
-    if method.startswith("hf-"):
-        ids = prepare_prompt(target, prompt)
-        kw = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
-              "eos_token_id": sorted(target.eos_token_ids) or None, "pad_token_id": 0}
-        if temperature > 0:
-            kw["temperature"] = temperature
-            torch.manual_seed(seed)
-        if method == "hf-prompt-lookup":
-            kw["prompt_lookup_num_tokens"] = 10
-        counter = ForwardCounter(target.model)
-        start = time.perf_counter()
-        out = target.model.generate(torch.tensor([ids], device=target.device), **kw)
-        seconds = time.perf_counter() - start
-        counter.close()
-        new = out[0, len(ids):].tolist()
-        return new, {"new_tokens": len(new), "seconds": seconds, "target_forwards": counter.calls,
-                     **cycle_stats(len(new), counter.calls)}
-    tree = auto_tree if method == "auto" else None
+    """One generation on the runtime's clock (`run_method`) -> (output ids, stats)."""
+    tree = auto_tree if method == AUTO else None
     gen = run_method(target, head, method, prompt, max_new_tokens, tree=tree,
                      temperature=temperature, seed=seed)
     return gen.output_ids, gen.stats
@@ -84,7 +48,7 @@ def calibration_prompts(measured, k: int = 2) -> list[str]:
     return rest[-k:] if len(rest) >= k else load_prompts("sharegpt-test", k)
 
 
-def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens=128,
+def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_tokens=128,
           temperature=0.0, seed=0, progress=True, head_note="", prompts=None,
           curve_repeats=5, curve_rounds=4) -> dict:
     """Run every method on the same prompts, interleaved; return per-method aggregates.
@@ -94,11 +58,11 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
     prompts (it calibrates `auto`), the rest spread between them and after the last, pooled by
     `pool_cost_curves` for the predictions, so the curve sees the moments the generations do.
     """
-    bad = [m for m in methods if m not in KNOWN]
+    bad = [m for m in methods if m not in METHOD_NAMES]
     if bad:
-        raise EagleMiniError(f"unknown method(s) {', '.join(bad)}; known: {', '.join(KNOWN)}")
-    if "vanilla" not in methods:
-        methods = ("vanilla",) + tuple(methods)
+        raise EagleMiniError(f"unknown method(s) {', '.join(bad)}; known: {', '.join(METHOD_NAMES)}")
+    if VANILLA not in methods:
+        methods = (VANILLA,) + tuple(methods)
     calibration = None
     if prompts is None:
         prompts = evenly_spaced(load_prompts(dataset), n)  # MT-bench: all 8 categories
@@ -113,8 +77,8 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
     curve = rounds[0]
     later = curve_round_points(len(prompts), curve_rounds)
     auto_tree, auto_scores = None, None
-    if "auto" in methods:
-        auto_tree, auto_scores = choose_auto_tree(target, pick_head("auto", head), curve, calibration)
+    if AUTO in methods:
+        auto_tree, auto_scores = choose_auto_tree(target, pick_head(AUTO, head), curve, calibration)
     for m in methods:  # warm-up
         run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree)
     rows = defaultdict(list)
@@ -141,17 +105,17 @@ def bench(target, head, methods=METHODS, dataset="mtbench", n=10, max_new_tokens
               "head": head_note, "cost_curve": curve, "auto_tree": str(auto_tree),
               "auto_scores": auto_scores, "kernels": getattr(target, "kernels", None),
               "machine": machine_info(), "methods": {}}
-    van = rows["vanilla"]
+    van = rows[VANILLA]
     van_tps = sum(s["new_tokens"] for s in van) / sum(s["seconds"] for s in van)
     gaps = None
     for m in methods:
-        result["methods"][m] = summarize(m, rows[m], outputs[m], outputs["vanilla"], van_tps,
+        result["methods"][m] = summarize(m, rows[m], outputs[m], outputs[VANILLA], van_tps,
                                          curve, temperature, auto_tree)
         if temperature == 0 and not result["methods"][m]["equal_to_vanilla"]:
             if gaps is None:   # vanilla's own gaps: one set for every method that parts from it
-                gaps = vanilla_top2_gaps(target, prompts, outputs["vanilla"])
+                gaps = vanilla_top2_gaps(target, prompts, outputs[VANILLA])
             result["methods"][m]["first_difference"] = first_difference_margins(
-                target, prompts, outputs[m], outputs["vanilla"], gaps)
+                target, prompts, outputs[m], outputs[VANILLA], gaps)
     return result
 
 
@@ -247,9 +211,10 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
     return row
 
 
-def tree_size(method, auto_tree) -> int:
+def tree_size(name, auto_tree) -> int:
+    """Tokens one verification forward of EAGLE method `name` carries, the root included."""
     from eagle_mini.runtime.auto import tree_tokens
-    return tree_tokens(auto_tree if method == "auto" else named_tree_of(method))
+    return tree_tokens(auto_tree if name == AUTO else name)
 
 
 def _progress(total, enabled):
@@ -346,7 +311,7 @@ def save(result, out_dir) -> Path:
     axes[1].set_ylabel("cycles")
     axes[1].set_title("distribution of tokens per cycle", fontsize=9)
     axes[1].legend(fontsize=8)
-    cal = calibration_bins(result["methods"].get("eagle2", {}).get("calibration") or [])
+    cal = calibration_bins(result["methods"].get(EAGLE2, {}).get("calibration") or [])
     shown = [b for b in cal if b["count"] >= 5]
     if shown:
         axes[2].plot([(b["lo"] + b["hi"]) / 2 for b in shown],

@@ -16,7 +16,8 @@ import json
 import torch
 
 from eagle_mini.decode import generate
-from eagle_mini.draft import DynamicTree
+from eagle_mini.methods import resolve_tree
+from eagle_mini.tree import DynamicTree
 from eagle_mini.models import cache_dir
 from eagle_mini.results import cpu_tag, results_json
 from eagle_mini.data import mtbench_prompts
@@ -87,12 +88,8 @@ def tree_tokens(tree) -> int:
         >>> tree_tokens("eagle2"), tree_tokens("chain:4")
         (16, 5)
     """
-    from eagle_mini.decode import named_tree
-    from eagle_mini.tree import parse_tree
-    tree = named_tree(tree)
-    if isinstance(tree, DynamicTree):
-        return tree.total_tokens
-    return (parse_tree(tree) if isinstance(tree, str) else tree).num_nodes
+    tree = resolve_tree(tree)
+    return tree.total_tokens if isinstance(tree, DynamicTree) else tree.num_nodes
 
 
 def why_slower(stats, curve, tree_size: int, speedup: float) -> str:

@@ -1,53 +1,104 @@
-"""Decoding methods by name, as the CLI, the bench and the lossless check call them.
+"""Run any method of the table (`eagle_mini/methods.py`) by name, on one clock.
 
-"vanilla" is `decode.generate_vanilla`; "eagle-chain", "eagle" and "eagle2" are `decode.generate`
-with the method's default tree (`decode.METHODS`); "eagle3" is the EAGLE-2 dynamic tree drafted by
-an EAGLE-3 head (`eagle3.py`); "auto" is EAGLE-2 with the tree size measured for this machine
-(`auto.py`). The algorithm itself never resolves "auto": measuring the machine
-is this package's job, so it happens here, before `generate` is called.
+"vanilla" is `decode.generate_vanilla`; the EAGLE rows are `decode.generate` with the row's tree
+and head kind; the "hf" rows are Hugging Face `generate` on the same model with the row's options.
+"auto" is EAGLE-2 with the tree size measured for this machine (`auto.py`): the algorithm never
+resolves it, measuring the machine is the runtime's job, so it happens here.
+
+The clock. Every method is timed from the same point: after templating and tokenising the prompt
+(`decode.prepare_prompt`), before the prefill; it stops when the last token is out. The bench
+(`eagle_mini/measure/bench.py`) compares these `stats["seconds"]`, nothing else.
 """
-from eagle_mini.decode import METHODS, generate, generate_vanilla
+import time
+
+import torch
+
+from eagle_mini.decode import Generation, cycle_stats, generate, generate_vanilla, prepare_prompt
 from eagle_mini.errors import EagleMiniError
+from eagle_mini.heads import head_kind
+from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
+from eagle_mini.methods import EAGLE_METHODS, MEASURED, method
 from eagle_mini.runtime.auto import auto_tree
 
-METHOD_NAMES = ["vanilla", *METHODS, "eagle3", "auto"]
 
-
-def pick_head(method: str, heads):
-    """The head `method` drafts with. `heads` is one head, or {"eagle1": head, "eagle3": head}
-    when a run compares both kinds; "eagle3" needs an EAGLE-3 head."""
+def pick_head(name: str, heads):
+    """The head method `name` drafts with. `heads` is one head, or {"eagle1": head, "eagle3": head}
+    when a run compares both kinds (the row's head kind picks). A row that names the EAGLE-3 kind
+    needs an EAGLE-3 head; the other EAGLE rows draft with whichever head they are given."""
+    want = method(name).head
     if isinstance(heads, dict):
-        heads = heads.get("eagle3" if method == "eagle3" else "eagle1") or next(iter(heads.values()))
-    if method == "eagle3" and getattr(heads, "kind", "eagle1") != "eagle3":
-        raise EagleMiniError("--method eagle3 drafts with an EAGLE-3 head; this head is an EAGLE-1 "
-                             "head (train one with `train-head --kind eagle3`, or pass --head DIR)")
+        heads = heads.get(want) or next(iter(heads.values()))
+    if want == EAGLE3_KIND and head_kind(heads) != want:
+        raise EagleMiniError(f"--method {name} drafts with an {want} head; this head is an "
+                             f"{head_kind(heads)} head (train one with `train-head --kind {want}`, "
+                             "or pass --head DIR)")
     return heads
 
 
-def method_tree(target, head, method: str, tree=None):
-    """The tree `method` decodes with: `tree` when given, the measured one for "auto", else the
-    method's default."""
-    if method not in METHOD_NAMES or method == "vanilla":
-        raise EagleMiniError(f"{method!r} is not an EAGLE method; known: "
-                             f"{', '.join(METHOD_NAMES[1:])}")
+def method_tree(target, head, name: str, tree=None):
+    """The tree method `name` decodes with: `tree` when given, the measured one for a method whose
+    tree is measured ("auto"), else the table's."""
+    row = method(name)
+    if not row.is_eagle:
+        raise EagleMiniError(f"{name!r} is not an EAGLE method; known: {', '.join(EAGLE_METHODS)}")
     if tree is not None:
         return tree
-    if method == "auto":
-        return auto_tree(target, pick_head(method, head))
-    return named_tree_of(method)
+    if row.tree == MEASURED:
+        return auto_tree(target, pick_head(name, head))
+    return row.tree
 
 
-def named_tree_of(method: str) -> str:
-    """The named tree an EAGLE method decodes with by default: its own name, except "eagle3",
-    which is EAGLE-2's dynamic tree drafted by an EAGLE-3 head."""
-    return "eagle2" if method == "eagle3" else method
-
-
-def run_method(target, head, method, prompt, max_new_tokens, tree=None, **kw):
-    """One generation with a method name; `tree` overrides the method's default tree."""
-    if method == "vanilla":
-        return generate_vanilla(target, prompt, max_new_tokens, **kw)
-    gen = generate(target, pick_head(method, head), prompt, max_new_tokens,
-                   tree=method_tree(target, head, method, tree), **kw)
-    gen.stats["method"] = method
+def run_method(target, head, name, prompt, max_new_tokens, tree=None, **kw) -> Generation:
+    """One generation with a method name; `tree` overrides an EAGLE method's tree. `kw`:
+    temperature, top_p, top_k, seed (and streamer, except for the HF rows)."""
+    row = method(name)
+    if row.runner == "hf":
+        return run_hf(target, prompt, max_new_tokens, row.hf_options, **kw)
+    if row.runner == "plain":
+        gen = generate_vanilla(target, prompt, max_new_tokens, **kw)
+    else:
+        gen = generate(target, pick_head(name, head), prompt, max_new_tokens,
+                       tree=method_tree(target, head, name, tree), **kw)
+    gen.stats["method"] = name
     return gen
+
+
+class ForwardCounter:
+    """Counts target forwards of HF `generate` (a hook on the model's forward)."""
+
+    def __init__(self, model):
+        self.calls = 0
+        self.handle = model.register_forward_pre_hook(self._count)
+
+    def _count(self, *_):
+        self.calls += 1
+
+    def close(self):
+        self.handle.remove()
+
+
+def run_hf(target, prompt, max_new_tokens, options: dict, temperature: float = 0.0,
+           top_p: float = 1.0, top_k: int = 0, seed: int | None = 0) -> Generation:
+    """Hugging Face `generate` on the target's model with `options`, timed on the same clock, with
+    the stats the package's loops give where they exist."""
+    ids = prepare_prompt(target, prompt)
+    kw = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
+          "eos_token_id": sorted(target.eos_token_ids) or None, "pad_token_id": 0, **options}
+    if temperature > 0:
+        kw["temperature"] = temperature
+        kw.update({k: v for k, v in (("top_p", top_p), ("top_k", top_k)) if v not in (1.0, 0)})
+        if seed is not None:
+            torch.manual_seed(seed)
+    prompt_tensor = torch.tensor([ids], device=target.device)
+    counter = ForwardCounter(target.model)
+    try:
+        start = time.perf_counter()
+        out = target.model.generate(prompt_tensor, **kw)
+        seconds = time.perf_counter() - start
+    finally:
+        counter.close()
+    new = out[0, len(ids):].tolist()
+    return Generation(ids, new, target.decode(new), stats={
+        "new_tokens": len(new), "seconds": seconds, "tokens_per_second": len(new) / seconds,
+        "target_forwards": counter.calls, **cycle_stats(len(new), counter.calls)})
+

@@ -106,7 +106,7 @@ def short_head(text: str) -> str:
 
 def tree_name(spec: str) -> str:
     """A tree spec as a results file stores it, with the course default spelled out."""
-    from eagle_mini.draft import DynamicTree
+    from eagle_mini.tree import DynamicTree
     return f"eagle2 = {DynamicTree()}" if spec == "eagle2" else spec
 
 

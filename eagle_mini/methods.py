@@ -1,0 +1,91 @@
+"""The table of decoding methods: every method name the package knows, written once, here.
+
+A row gives the name, the draft tree (a spec in `tree.py`'s language), the kind of head that
+drafts it and one line on what it is. The CLI's `--method` choices, the bench, `auto`, the
+results report, the course's stepper and the experiments all read names from this table;
+`resolve_tree` turns a name or a spec into the tree `Drafter` and `EagleDecoder` decode with.
+
+    >>> [m.name for m in METHODS]
+    ['vanilla', 'hf-generate', 'hf-prompt-lookup', 'eagle-chain', 'eagle', 'eagle2', 'auto', 'eagle3']
+    >>> resolve_tree("eagle2")
+    DynamicTree(total_tokens=16, depth=5, topk=4)
+    >>> resolve_tree("eagle-chain").choices()
+    [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]
+
+Two trees are not fixed here: `auto`'s tree is measured on the machine at hand
+(`eagle_mini/runtime/auto.py`, resolved by `eagle_mini/runtime/run.py`), and a caller may pass any
+tree spec in place of a row's.
+"""
+from dataclasses import dataclass, field
+
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.tree import DynamicTree, Tree, tree_from_spec
+
+VANILLA, HF_GENERATE, HF_PROMPT_LOOKUP = "vanilla", "hf-generate", "hf-prompt-lookup"
+EAGLE_CHAIN, EAGLE, EAGLE2, AUTO, EAGLE3 = "eagle-chain", "eagle", "eagle2", "auto", "eagle3"
+MEASURED = "measured"   # the tree spec of a method whose tree is sized on the machine (`auto`)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One decoding method. `runner`: "plain" (one target forward per token), "hf" (Hugging
+    Face `generate`, with `hf_options`), or "draft-verify" (EAGLE: draft with a `head` kind, verify
+    a `tree`)."""
+    name: str
+    runner: str
+    about: str
+    tree: str | None = None
+    head: str | None = None
+    hf_options: dict = field(default_factory=dict)
+
+    @property
+    def is_eagle(self) -> bool:
+        return self.runner == "draft-verify"
+
+
+METHODS = (
+    Method(VANILLA, "plain", "the target alone, one forward per token: the baseline"),
+    Method(HF_GENERATE, "hf", "Hugging Face `generate` on the same model: the peer baseline"),
+    Method(HF_PROMPT_LOOKUP, "hf", "HF `generate` with prompt-lookup decoding (drafts n-grams "
+           "copied from the prompt, no head)", hf_options={"prompt_lookup_num_tokens": 10}),
+    Method(EAGLE_CHAIN, "draft-verify", "EAGLE with a chain of 4 drafts (EAGLE §3.1 without a tree)",
+           tree="chain:4", head="eagle1"),
+    Method(EAGLE, "draft-verify", "EAGLE-1's static 26-token tree (EAGLE §3.1, mc_sim_7b_63)",
+           tree="eagle1", head="eagle1"),
+    Method(EAGLE2, "draft-verify", "EAGLE-2's dynamic tree, grown where the draft is confident "
+           "(EAGLE-2 §4)", tree=str(DynamicTree()), head="eagle1"),
+    Method(AUTO, "draft-verify", "EAGLE-2 with the tree size measured for this machine's cost curve",
+           tree=MEASURED, head="eagle1"),
+    Method(EAGLE3, "draft-verify", "EAGLE-2's dynamic tree drafted by an EAGLE-3 head (EAGLE-3 §3)",
+           tree=str(DynamicTree()), head="eagle3"),
+)
+BY_NAME = {m.name: m for m in METHODS}
+METHOD_NAMES = [m.name for m in METHODS]
+EAGLE_METHODS = [m.name for m in METHODS if m.is_eagle]
+# The package's own decoders (`generate --method`): every row but the Hugging Face peers.
+DECODERS = [m.name for m in METHODS if m.runner != "hf"]
+# The methods a bench runs unless told otherwise: eagle3 needs an EAGLE-3 head, so it runs when asked.
+BENCH_DEFAULT = [m.name for m in METHODS if m.head != "eagle3"]
+
+
+def method(name: str) -> Method:
+    """The table's row for `name`, or a one-line error listing the known names."""
+    if name not in BY_NAME:
+        raise EagleMiniError(f"unknown method {name!r}; known: {', '.join(METHOD_NAMES)}")
+    return BY_NAME[name]
+
+
+def resolve_tree(tree):
+    """What a `Drafter` drafts: a `Tree` or `DynamicTree` as given, a method name's tree from the
+    table, or any spec `tree.tree_from_spec` reads ("eagle1", "chain:K", "dynamic:T,D,K", JSON)."""
+    if isinstance(tree, (Tree, DynamicTree)):
+        return tree
+    if isinstance(tree, str) and tree in BY_NAME:
+        row = BY_NAME[tree]
+        if row.tree is None:
+            raise EagleMiniError(f"{tree!r} drafts no tree; EAGLE methods: {', '.join(EAGLE_METHODS)}")
+        if row.tree == MEASURED:
+            raise EagleMiniError(f"{tree!r}'s tree is measured on the machine: resolve it with "
+                                 "eagle_mini.runtime.run.method_tree(target, head, name)")
+        return tree_from_spec(row.tree)
+    return tree_from_spec(tree)
