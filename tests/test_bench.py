@@ -7,7 +7,8 @@ import torch
 
 from eagle_mini import tiny_target
 from eagle_mini.runtime.auto import relative_cost, why_slower
-from eagle_mini.measure.bench import METHODS, bench, markdown_table, save
+from eagle_mini.measure.bench import bench, markdown_table, save
+from eagle_mini.methods import BENCH_DEFAULT as METHODS
 from eagle_mini.decode import generate_vanilla
 from eagle_mini.heads.eagle1 import new_head
 

@@ -32,6 +32,7 @@ import json
 from pathlib import Path
 
 from eagle_mini.errors import EagleMiniError
+from eagle_mini.methods import VANILLA
 from eagle_mini.runtime.auto import relative_cost
 
 RESULTS = Path(__file__).resolve().parents[2] / "data" / "results"
@@ -100,7 +101,7 @@ def method_costs(bench: dict) -> dict[str, dict]:
     (the bench's own `predicted_speedup`, from its cycle counts) and `measured`."""
     curve, methods = bench["cost_curve"], bench["methods"]
     c1 = curve["median_ms"][0] / 1000
-    vanilla = methods["vanilla"]
+    vanilla = methods[VANILLA]
     vanilla_step = vanilla["seconds"] / vanilla["new_tokens"] / c1
     rows = {}
     for name, r in methods.items():

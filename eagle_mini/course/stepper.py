@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from eagle_mini.decode import EagleDecoder, kept_tokens
+from eagle_mini.methods import EAGLE, EAGLE2, EAGLE_CHAIN
 from eagle_mini.sampling import uniform, warp
 from eagle_mini.verify import verify_sampling
 
@@ -124,7 +125,7 @@ def matched_slots(before: torch.Tensor, after: torch.Tensor) -> list[int]:
 class Stepper:
     """`generate`, one cycle per `step()`; `cycles` keeps every `Cycle`, `output_ids` the tokens."""
 
-    def __init__(self, target, head, prompt, tree="eagle2", temperature: float = 0.0,
+    def __init__(self, target, head, prompt, tree=EAGLE2, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, max_new_tokens: int = 64):
         self.target, self.max_new_tokens = target, max_new_tokens
         self.decoder = EagleDecoder(target, head, prompt, tree, temperature, top_p, top_k, seed)
@@ -319,7 +320,7 @@ class StepperWidget:
     cycle" and a "reset" button, and an output showing the text so far and the last cycle.
     Changing a picker starts a new generation. Buttons can be pressed from code (`.next.click()`)."""
 
-    def __init__(self, target, head, prompts, trees=("eagle2", "eagle", "eagle-chain"),
+    def __init__(self, target, head, prompts, trees=(EAGLE2, EAGLE, EAGLE_CHAIN),
                  temperatures=(0.0, 0.7, 1.0), max_new_tokens: int = 48, seed: int = 0):
         import ipywidgets as w
         self.target, self.head, self.max_new_tokens, self.seed = target, head, max_new_tokens, seed

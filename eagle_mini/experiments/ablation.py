@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.measure.evaluate import pooled_tau
+from eagle_mini.methods import EAGLE2
 from eagle_mini.results import results_json
 from eagle_mini.experiments.uncertainty import PAPER, VARIANTS, branch_probe, error_by_entropy, make_drafter, training_rows
 
@@ -52,7 +53,7 @@ class AblationConfig:
     alpha_steps: int = 2           # 0-alpha and 1-alpha
     prompts: int = 80              # MT-bench first turns decoded for tau (fewer: spread over categories)
     max_new_tokens: int = 64
-    tree: str = "eagle2"           # generate's default tree; a decode.METHODS name or a static spec
+    tree: str = EAGLE2             # generate's default tree; a method name (methods.py) or a tree spec
     contexts: int = 300            # branch probe
     min_p: float = 0.2
     analysis_tokens: int = 16_000  # error vs entropy

@@ -21,6 +21,7 @@ bench's (`bench.py`).
 import time
 
 from eagle_mini.decode import generate
+from eagle_mini.methods import EAGLE2
 from eagle_mini.tree import tree_from_spec
 from eagle_mini.results import machine_info
 from eagle_mini.measure.bench import calibration_bins
@@ -30,11 +31,11 @@ FORMAT = "eagle_mini.acceptance/1"
 
 # arm -> (tree spec, temperature); the static tree is shared by three comparisons
 ARMS = {"chain": ("chain:5", 0.0), "eagle1": ("eagle1", 0.0),
-        "eagle2": ("dynamic:26,5,10", 0.0), "eagle1_t1": ("eagle1", 1.0)}
+        EAGLE2: ("dynamic:26,5,10", 0.0), "eagle1_t1": ("eagle1", 1.0)}
 # name -> (a, b): the paired difference b - a over the same prompts
-DIFFERENCES = {"tree_minus_chain": ("chain", "eagle1"), "eagle2_minus_eagle1": ("eagle1", "eagle2"),
+DIFFERENCES = {"tree_minus_chain": ("chain", "eagle1"), "eagle2_minus_eagle1": ("eagle1", EAGLE2),
                "t0_minus_t1": ("eagle1_t1", "eagle1")}
-CALIBRATION_ARM, LOW, HIGH = "eagle2", 0.05, 0.95
+CALIBRATION_ARM, LOW, HIGH = EAGLE2, 0.05, 0.95
 
 
 def confidence_counts(pairs) -> dict:

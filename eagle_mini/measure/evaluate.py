@@ -16,6 +16,7 @@ from collections import Counter
 import torch
 
 from eagle_mini.decode import generate
+from eagle_mini.methods import EAGLE2
 from eagle_mini.training.commands import validation_features
 from eagle_mini.data import evenly_spaced, load_prompts, mtbench_questions
 from eagle_mini.training.train import evaluate_head
@@ -61,7 +62,7 @@ def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_token
     runs, by_cat, depth, tries = [], {}, Counter(), Counter()
     questions = evenly_spaced(mtbench_questions(), n_prompts)
     for q in tqdm(questions, desc="eval-head MT-bench", unit="prompt", disable=not progress):
-        stats = generate(target, head, q["turns"][0], max_new_tokens, tree=tree or "eagle2").stats
+        stats = generate(target, head, q["turns"][0], max_new_tokens, tree=tree or EAGLE2).stats
         runs.append(stats)
         by_cat.setdefault(q["category"], []).append(stats)
         for d, rate in stats["acceptance_per_depth"].items():
@@ -74,7 +75,7 @@ def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_token
               for name, n in (other_sets or {}).items()}
     return {"test_text": text, **({"other_sets": others} if others else {}),
             "mtbench": {"prompts": len(runs), "max_new_tokens": max_new_tokens,
-                        "tree": str(tree or "eagle2"), "tau": tau, "tau_se": se,
+                        "tree": str(tree or EAGLE2), "tau": tau, "tau_se": se,
                         "tau_by_category": {c: pooled_tau(v)[0] for c, v in by_cat.items()},
                         "tau_per_prompt": per_prompt,
                         "tau_counts_per_prompt": tau_counts(runs),
@@ -89,10 +90,10 @@ def tau_on(target, head, dataset: str, n: int, max_new_tokens: int = 64, tree=No
     """Pooled tau (and its standard error) decoding `n` prompts spread over a named prompt set."""
     from tqdm.auto import tqdm
     prompts = evenly_spaced(load_prompts(dataset), n)
-    runs = [generate(target, head, p, max_new_tokens, tree=tree or "eagle2").stats
+    runs = [generate(target, head, p, max_new_tokens, tree=tree or EAGLE2).stats
             for p in tqdm(prompts, desc=f"eval-head {dataset}", unit="prompt", disable=not progress)]
     tau, se = pooled_tau(runs)
-    return {"prompts": len(runs), "max_new_tokens": max_new_tokens, "tree": str(tree or "eagle2"),
+    return {"prompts": len(runs), "max_new_tokens": max_new_tokens, "tree": str(tree or EAGLE2),
             "tau": tau, "tau_se": se,
             "tau_counts_per_prompt": tau_counts(runs)}
 

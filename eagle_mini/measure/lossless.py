@@ -7,6 +7,7 @@ the outputs are identical and each method's tau (tokens per draft-verify cycle).
 """
 from eagle_mini.data import evenly_spaced, mtbench_prompts
 from eagle_mini.measure.evaluate import pooled_tau
+from eagle_mini.methods import VANILLA
 from eagle_mini.runtime.run import run_method
 from eagle_mini.results import machine_info
 
@@ -18,7 +19,7 @@ def check_lossless(target, head, methods, n: int = 20, max_new_tokens: int = 64,
     rows, ok, runs = [], True, {m: [] for m in methods}
     prompts = evenly_spaced(list(enumerate(mtbench_prompts())), n)
     for i, prompt in tqdm(prompts, desc="check-lossless", unit="prompt", disable=not progress):
-        ref = run_method(target, head, "vanilla", prompt, max_new_tokens)
+        ref = run_method(target, head, VANILLA, prompt, max_new_tokens)
         row = {"prompt": i, "vanilla_tokens": len(ref.output_ids)}
         for m in methods:
             gen = run_method(target, head, m, prompt, max_new_tokens, tree=tree)

@@ -21,6 +21,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
+from eagle_mini.methods import EAGLE2, EAGLE_METHODS, method
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.cost import CHEAP, cheap_until
 
@@ -41,7 +42,6 @@ CURVES = ("eagle3_unroll5_curve/tau_curve.json", "eq2m_curve/tau_curve_eagle3.js
           "eq2m_curve/tau_curve_eagle1.json")
 BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtbench_T0",
            "bench_smollm2-135m_cpu_mtbench_T1")
-EAGLE_METHODS = ("eagle-chain", "eagle", "eagle2", "auto", "eagle3")
 # The papers' own figures, cited as theirs (EAGLE_REFERENCE.md §6).
 PAPER_HEAD = "top-1 about 0.78 and tau 3.94 for the paper's Vicuna-7B head (EAGLE, MT-bench, T=0)"
 NOTEBOOK_TOPICS = {
@@ -106,8 +106,7 @@ def short_head(text: str) -> str:
 
 def tree_name(spec: str) -> str:
     """A tree spec as a results file stores it, with the course default spelled out."""
-    from eagle_mini.tree import DynamicTree
-    return f"eagle2 = {DynamicTree()}" if spec == "eagle2" else spec
+    return f"{EAGLE2} = {method(EAGLE2).tree}" if spec == EAGLE2 else spec
 
 
 def table(header, rows) -> list[str]:
@@ -549,7 +548,7 @@ def readme_results(f: Files) -> str:
     e, p, c, lo = f.json(EVAL), f.json(EVAL_PAPER_TREE), f.json(COST), f.json(LOSSLESS)
     bench = f.json(f"{BENCHES[0]}/bench.json")
     curve = dict(zip(c["ns"], c["relative"]))
-    eagle2 = bench["methods"]["eagle2"]
+    eagle2 = bench["methods"][EAGLE2]
     rows = [[f"tau, EAGLE-2 (`{tree_name(e['mtbench']['tree'])}`), {e['mtbench']['prompts']} MT-bench prompts",
              f"{e['mtbench']['tau']:.2f} ± {e['mtbench']['tau_se']:.3f}", f"`{EVAL}`"],
             [f"tau, the paper's EAGLE-2 tree (`{p['mtbench']['tree']}`)",
