@@ -4,11 +4,12 @@ EAGLE (arXiv 2401.15077) drafts at the feature level with the token advanced by 
 draft tree in one target forward and keeps the target's output distribution exactly. EAGLE-2
 (arXiv 2406.16858) grows the tree dynamically from the draft's confidence.
 
-The top level is the algorithm, in reading order: `target` (KV cache, tree masks, features),
-`head`, `tree`, `draft`, `sampling`, `verify`, `decode`; beside it loading (`models`, `assets`),
-the head choice (`heads`), the official format (`export`), results files (`results`) and the
-error type. `training/` trains heads, `measure/` measures them and the machine, `course/` serves
-the notebooks.
+The package is in layers, each importing only those below it (docs/architecture.md): the base
+(`errors`, `results`, `assets`, `data`); the algorithm at the top level, in reading order:
+`target` (KV cache, tree masks, features), `tree`, `methods` (the table of methods), `draft`,
+`sampling`, `verify`, `decode`; then `heads/` (the draft heads and their formats), the runtime
+(`models` and `runtime/`: loading, kernels, precision, the cost curve, `auto`, methods by name),
+`training/`, `measure/`, `experiments/`, `course/`, `tooling/` and the `cli`.
 
     >>> from eagle_mini import load_target, default_head, generate   # doctest: +SKIP
     >>> target = load_target("smollm2-135m")                           # doctest: +SKIP
@@ -22,7 +23,7 @@ from eagle_mini.heads import default_head, load_head
 from eagle_mini.models import load_target, tiny_target
 from eagle_mini.target import Target
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["EagleDecoder", "EagleMiniError", "DynamicTree", "Generation", "Target",
            "default_head", "generate", "generate_vanilla", "load_head", "load_target",

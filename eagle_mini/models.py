@@ -118,7 +118,7 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
 
     On a CPU in fp32, `pack` (True) routes the linears through prepacked weights (`packed.py`):
     multi-token forwards (tree verification) get cheaper on most CPUs, one-token forwards and
-    prefill are unchanged. False keeps the stock kernels. `measure.kernels.use_kernels` (the CLI's
+    prefill are unchanged. False keeps the stock kernels. `runtime.kernels.use_kernels` (the CLI's
     `--kernels auto`) times both here and keeps the faster. `target.kernels` says which run.
 
     `random:<name>` (e.g. `random:vicuna-7b`) builds that architecture with random weights directly

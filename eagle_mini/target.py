@@ -37,7 +37,7 @@ class Target:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
-        self.kernels = None  # which CPU matmul kernels run (`measure.kernels.use_kernels`)
+        self.kernels = None  # which CPU matmul kernels run (`runtime.kernels.use_kernels`)
         self.config = model.config
         eos = getattr(model.generation_config, "eos_token_id", None)
         if eos is None:

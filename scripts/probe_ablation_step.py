@@ -7,7 +7,7 @@ at 2 threads, then 1, then 2 again, and the torch profiler's table of one step a
     python scripts/probe_ablation_step.py
 
 Timings are this machine's, side by side in one process: compare them as ratios, with nothing
-else running. `measure/ablation.py`'s cost comment quotes this probe.
+else running. `experiments/ablation.py`'s cost comment quotes this probe.
 """
 import dataclasses
 import time

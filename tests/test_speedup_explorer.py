@@ -1,7 +1,7 @@
 """Notebook 06's speedup explorer: the cost model as one formula, its inputs read from the
 committed bench runs, and the walk from the model to the measurement.
 
-Oracles: `measure.auto.predict` (the model `bench` prints), each bench file's own
+Oracles: `runtime.auto.predict` (the model `bench` prints), each bench file's own
 `predicted_speedup` and `speedup`, and the numbers notebook 06 computes from the file.
 """
 import json

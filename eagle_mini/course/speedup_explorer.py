@@ -3,7 +3,7 @@ EAGLE §4, EAGLE-2 §4's automatic mode).
 
 Per draft-verify cycle EAGLE pays one target forward over the N tree tokens, c(N), plus the
 drafting, and gains tau tokens (the papers' tau); vanilla decoding pays c(1) per token. In units of
-c(1) the cost model that `bench` prints (`measure.auto.predict`) is
+c(1) the cost model that `bench` prints (`runtime.auto.predict`) is
 
     speedup = tau / (c(N)/c(1) + draft / c(1))               break-even tau = c(N)/c(1) + draft / c(1)
 

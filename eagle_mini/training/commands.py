@@ -91,7 +91,7 @@ def featurizer(target, dtype: str):
 
 def resolve_precision(args, device, log=print):
     """`auto` for --mixed-precision / --feature-dtype becomes bf16 or fp32 by a matmul timed here
-    (`measure.precision`); an explicit bf16 on a CPU where bf16 is slower is said, not refused."""
+    (`runtime.precision`); an explicit bf16 on a CPU where bf16 is slower is said, not refused."""
     mixed, feat = getattr(args, "mixed_precision", "no"), getattr(args, "feature_dtype", None)
     if not {mixed, feat} & {"auto", "bf16"}:
         return mixed, feat
