@@ -158,6 +158,46 @@ def _read_lines(path: Path) -> tuple[dict | None, list[dict]]:
     return header, records
 
 
+def _resume_header(out_path: Path, header: dict) -> tuple[dict | None, list[dict]]:
+    """The header and records already in `out_path`; refuses a file made with other settings."""
+    old, records = _read_lines(out_path)
+    if old is not None:
+        differs = {k: (old.get(k), v) for k, v in header.items() if old.get(k) != v}
+        if differs:
+            raise EagleMiniError(f"{out_path} was made with other settings "
+                                 f"({', '.join(f'{k}: {a!r} != {b!r}' for k, (a, b) in differs.items())}); "
+                                 "use another --out")
+    return old, records
+
+
+def _ordered_todo(target, data: ShareGPT, todo: list[int], batch_size: int) -> list[int]:
+    """The conversations to do, sorted by first-prompt length within pools of 8 batches."""
+    def first_prompt_len(i):   # what the first turn asks: the messages before its first reply
+        msgs = [m for k, m in enumerate(data.messages[i]) if k or m["role"] != "assistant"]
+        reply = next((k for k, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
+        return len(target.chat_ids(msgs[:reply])) if reply else 0
+    pool = 8 * batch_size
+    return [i for p in range(0, len(todo), pool)
+            for i in sorted(todo[p:p + pool], key=first_prompt_len)]
+
+
+def _append_batch(target, out_path: Path, data: ShareGPT, batch: list[int], results) -> tuple[int, int]:
+    """Append a batch's regenerated conversations to the file (synced); (replies, reply tokens)."""
+    lines, made, tokens = [], 0, 0
+    for i, (msgs, stop) in zip(batch, results):
+        replies = [m["content"] for m in msgs if m["role"] == "assistant"]
+        made += len(replies)
+        tokens += sum(len(target.tokenizer(r, add_special_tokens=False)["input_ids"])
+                      for r in replies)
+        lines.append(json.dumps({"index": i, "id": data.records[i].get("id", ""),
+                                 "messages": msgs, "stop": stop}))
+    with open(out_path, "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return made, tokens
+
+
 def regenerate_split(target, out_path, split: str = "train", start: int = 0,
                      max_conversations: int = 100, batch_size: int = 8, max_new_tokens: int = 256,
                      max_len: int = 1024, temperature: float = 0.0, seed: int = 0,
@@ -179,26 +219,12 @@ def regenerate_split(target, out_path, split: str = "train", start: int = 0,
               "temperature": temperature, "seed": seed}
     if max_turns is not None:
         header["max_turns"] = max_turns
-    old, records = _read_lines(out_path)
-    if old is not None:
-        differs = {k: (old.get(k), v) for k, v in header.items() if old.get(k) != v}
-        if differs:
-            raise EagleMiniError(f"{out_path} was made with other settings "
-                                 f"({', '.join(f'{k}: {a!r} != {b!r}' for k, (a, b) in differs.items())}); "
-                                 "use another --out")
+    old, records = _resume_header(out_path, header)
     done = {r["index"] for r in records}
     data = data if data is not None else read_sharegpt()
     todo = [i for i in split_indices(split, len(data.records))[start:]
             if data.messages[i] is not None][:max_conversations]
-    todo = [i for i in todo if i not in done]
-
-    def first_prompt_len(i):   # what the first turn asks: the messages before its first reply
-        msgs = [m for k, m in enumerate(data.messages[i]) if k or m["role"] != "assistant"]
-        reply = next((k for k, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
-        return len(target.chat_ids(msgs[:reply])) if reply else 0
-    pool = 8 * batch_size
-    todo = [i for p in range(0, len(todo), pool)
-            for i in sorted(todo[p:p + pool], key=first_prompt_len)]
+    todo = _ordered_todo(target, data, [i for i in todo if i not in done], batch_size)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if old is None:
         out_path.write_text(json.dumps(header) + "\n")
@@ -210,18 +236,8 @@ def regenerate_split(target, out_path, split: str = "train", start: int = 0,
         results = regenerate_conversations(target, [data.messages[i] for i in batch],
                                            max_new_tokens, max_len, temperature, seed + batch[0],
                                            max_turns)
-        lines = []
-        for i, (msgs, stop) in zip(batch, results):
-            replies = [m["content"] for m in msgs if m["role"] == "assistant"]
-            made += len(replies)
-            tokens += sum(len(target.tokenizer(r, add_special_tokens=False)["input_ids"])
-                          for r in replies)
-            lines.append(json.dumps({"index": i, "id": data.records[i].get("id", ""),
-                                     "messages": msgs, "stop": stop}))
-        with open(out_path, "a", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        made_now, tokens_now = _append_batch(target, out_path, data, batch, results)
+        made, tokens = made + made_now, tokens + tokens_now
         seconds = time.perf_counter() - t0
         bar.set_postfix(tok_s=f"{tokens / max(seconds, 1e-9):.1f}", refresh=False)
         bar.update(len(batch))
