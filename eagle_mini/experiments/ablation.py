@@ -61,16 +61,16 @@ class AblationConfig:
     seeds: int = 3                 # training seeds per variant (initialization, data order, noise)
     mixed_precision: str = "no"    # "bf16": the heads under autocast (train.TrainConfig); fp32 by
     #                                default: a run resumes on whichever CPU the next sitting gets, and
-    #                                on one without bf16 units a bf16 matmul was 45x slower than fp32
+    #                                on one without bf16 units a bf16 matmul is many times slower
+    #                                (runtime/precision.py measures it on the machine at hand)
 
 
-# `full` is sized for several hours on 2 CPU threads, spread over sittings (SmolLM2-135M): ~5-9 min
-# of features (336k tokens, in the work directory, recomputed in each sitting), then per head a
-# 4,096-token step of 2.2-2.4 s fp32 (Zen 2, 2 threads, nothing else running; 4.3 s at 1 thread,
-# so two 1-thread processes would gain nothing), i.e. ~20 min for 6 epochs, plus ~10 min of
-# decoding 80 prompts for tau and, on the first seed, ~1 min of probes: ~6 h for 3 seeds x 4
-# heads (`scripts/probe_ablation_step.py`). `ci` is notebook 02's live run; `tiny` a smoke test
-# on the real target.
+# `full` is sized for several hours on 2 CPU threads, spread over sittings (SmolLM2-135M): the
+# features of the shared text (in the work directory, recomputed in each sitting), then per head
+# 6 epochs of 4,096-token steps, the decoding of 80 prompts for tau and, on the first seed, the
+# probes, for 3 seeds x 4 heads. A step's time is measured by `scripts/probe_ablation_step.py`;
+# each finished run's times are in data/results/uncertainty.json (`phase_seconds`). `ci` is
+# notebook 02's live run; `tiny` a smoke test on the real target.
 SIZES = {
     "tiny": AblationConfig(train_tokens=1_000, val_tokens=500, max_len=256, epochs=1,
                            batch_tokens=1024, warmup=2, vocab_conversations=20, prompts=1,

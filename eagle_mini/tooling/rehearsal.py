@@ -36,7 +36,7 @@ from eagle_mini.results import machine_info, results_json
 DONOR = "smollm2-135m"   # lends its tokenizer, chat template and special-token ids
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
         "num_attention_heads": 4, "num_key_value_heads": 4}   # for tests: the whole path, small
-BUDGET_GB = 24 * 2**30 / 1e9   # the issue's 24 GiB
+BUDGET_GB = 24 * 2**30 / 1e9   # the machine a GPU user rents: `24` GiB
 KINDS = ("eagle1", "eagle3")
 METHODS = ("vanilla", "eagle2", "eagle3")
 
@@ -48,15 +48,15 @@ def configs() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much each step does. Planned for 7B on 2 cores with bf16 units (the issue's Zen 4
-    probe: ~0.9 s a forward of up to 8 tokens, ~0.04 s a token beyond): a step takes a minute or
-    a few. Without them (AVX2 only) bf16 matmuls are emulated, ~20x slower per token."""
+    """How much each step does. Planned for 7B on 2 cores with bf16 units (a forward's measured
+    cost is in data/results/rehearsal_vicuna-7b.json, `cost_curve`): a step takes a minute or a
+    few. Without them (AVX2 only) bf16 matmuls are emulated, many times slower per token."""
     conversations: int = 2     # dump-features: ShareGPT train conversations
     max_len: int = 192         # their tokens at most (dump, train, eval): a few hundred in all
     steps: int = 4             # train-head: one conversation per optimizer step
     stop_after: int = 2        # the first call stops here; the same command then finishes
     lr: float = 3e-4           # notebook 03's 7B rate; the 135M head's 3e-3 diverged at 7B shape
-    #                            within 4 steps (loss 1.6 -> 699, first run), hence default_lr
+    #                            within a few steps (the loss blew up, first run), hence default_lr
     draft_vocab: int = 8192    # EAGLE-3 head's draft vocabulary (0: the whole vocabulary)
     eval_text: int = 1         # eval-head: teacher-forced test conversations
     eval_prompts: int = 2      # eval-head: MT-bench first turns decoded with EAGLE-2
@@ -68,7 +68,7 @@ class Sizes:
 
 
 # tiny: fewer steps and prompts, and the whole vocabulary for EAGLE-3 (`frequent_tokens` reads
-# 2,000 conversations, ~15 s a call, three calls)
+# 2,000 conversations per call, and three calls would dominate a test)
 SIZES = {"tiny": Sizes(max_len=128, steps=2, stop_after=1, draft_vocab=0, gen_prompts=1,
                        prefix_len=32, repeats=1)}
 

@@ -2,8 +2,7 @@
 
 Every measured figure the repository's documents quote is read here from a file in
 `data/results/` or `data/heads/<head>/`, and printed beside the file's name and the command that
-made it; nothing is typed by hand, so the documents cannot drift from the measurements (issue 19,
-"numbers that cannot drift"). The papers' own figures appear only as the papers', with their
+made it; nothing is typed by hand, so the documents cannot drift from the measurements. The papers' own figures appear only as the papers', with their
 citation. The module runs no model: it formats JSON.
 
 * `results_markdown(root)`: the whole of RESULTS.md;

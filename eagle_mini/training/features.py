@@ -328,7 +328,7 @@ def dump_command(target_name: str = "smollm2-135m", data: str = "sharegpt", spli
 
     Everything but `max_conversations` identifies the dump: a larger one extends it on a rerun.
     Conversations without assistant tokens (within `max_len`) teach the head nothing: not stored.
-    eagle3: also store the layers an EAGLE-3 head reads (`eagle3.aux_layers`), 3x the disk.
+    eagle3: also store the layers an EAGLE-3 head reads (`eagle3.aux_layers`), several times the disk.
     """
     if data != "sharegpt":
         raise EagleMiniError(f"unknown training data {data!r}; known: sharegpt")

@@ -2,12 +2,13 @@
 
 Loss at position i, where the head reads (f_i + noise, t_{i+1}) and predicts f'_{i+1}:
 
-    L = SmoothL1(f'_{i+1}, f_{i+1}) + 0.1 * softCE(softmax(lm_head(f_{i+1})), lm_head(f'_{i+1}))
+    L = SmoothL1(f'_{i+1}, f_{i+1}) + `0.1` * softCE(softmax(lm_head(f_{i+1})), lm_head(f'_{i+1}))
 
 averaged over positions whose token is an assistant token (loss mask). The classification part is
 a *soft* cross-entropy against the target's whole next-token distribution, not a one-hot label.
-U(-0.1, 0.1) noise on the input features makes the head robust to its own prediction errors. AdamW
-with betas (0.9, 0.95), linear warm-up, gradient clipping by value 0.5.
+`U(-0.1, 0.1)` noise on the input features makes the head robust to its own prediction errors.
+AdamW with betas `(0.9, 0.95)`, linear warm-up, gradient clipping by value `0.5`: the paper's
+settings.
 
 Two data sources feed the same loop: stored features (`features.FeatureDataset`, the paper's
 offline way and the GPU/7B path) and *streaming* features computed by the target on the fly from
@@ -44,7 +45,7 @@ def default_lr(hidden_size: int) -> float:
     """`train-head`'s learning rate when `--lr` is not given: the rate tuned on the 135M target,
     scaled by TUNED_WIDTH / hidden_size for wider targets, Adam's rule for a hidden matrix as the
     width grows (muP, Yang et al. 2022). At a 7B's width 4096 this gives 4.2e-4; the 7B rehearsal
-    diverged at the 135M rate (loss 1.6 -> 699 in 4 steps) and trained at 3e-4. Narrower targets
+    diverged at the 135M rate and trained at 3e-4 (tooling/rehearsal.py, `Sizes.lr`). Narrower targets
     (the tests' tiny models) keep the tuned rate: nothing was tried above it.
 
     >>> default_lr(576), round(default_lr(4096), 6), default_lr(64)
@@ -66,7 +67,7 @@ class TrainConfig:
     w_cls: float = 0.1
     unroll: int = 1             # >1: also train draft steps 1..unroll-1 on the head's own output
     #                             (EAGLE-3 heads: the training-time test's number of steps)
-    unroll_decay: float = 0.8   # weight of step k: unroll_decay ** k (EAGLE-3's 0.8)
+    unroll_decay: float = 0.8   # weight of step k: unroll_decay ** k (EAGLE-3's `0.8`)
     mixed_precision: str = "no"  # "bf16": the head's forward/backward under torch.autocast
     feature_dtype: str = ""     # streaming: featurize with a copy of the target in this dtype
     batch_tokens: int = 4096    # tokens per optimizer step (conversations packed up to this)
