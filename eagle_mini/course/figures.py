@@ -138,7 +138,8 @@ def prose_findings(text: str) -> list[Figure]:
 
 def code_figures(source: str) -> list[tuple[int, Figure]]:
     """(line, finding) for every `prose_findings` in a Python module's docstrings (read with `ast`)
-    and `#` comments (read with `tokenize`; a run of comment lines is one text)."""
+    and `#` comments (read with `tokenize`; a comment continued by whole-line comments right
+    below it is one text, a comment after code starts a new one)."""
     import ast
     import io
     import tokenize
@@ -152,7 +153,8 @@ def code_figures(source: str) -> list[tuple[int, Figure]]:
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type != tokenize.COMMENT:
             continue
-        if last is not None and tok.start[0] != last + 1:
+        own_line = tok.line.lstrip().startswith("#")
+        if block and (tok.start[0] != last + 1 or not own_line):
             texts.append(block[0])
             block = []
         text = tok.string.lstrip("#").strip()
