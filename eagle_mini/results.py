@@ -13,7 +13,7 @@ import torch
 
 
 # CPU features that decide which kernels are fast: without avx512_bf16 or amx_bf16 a bf16 matmul
-# is emulated (measured 45x slower than fp32 on an AVX2-only AMD EPYC, family 23 model 49)
+# is emulated, many times slower than fp32 (runtime/precision.py measures it on the machine at hand)
 CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
 
 
@@ -26,8 +26,9 @@ def cpu_tag() -> str:
 
 
 def machine_info() -> dict:
-    """Enough to tell two measurements' machines apart: "AMD EPYC" alone names CPUs from AVX2-only
-    Zen 2 to Zen 4 with bf16 units, so the family, model and the features that matter come too."""
+    """Enough to tell two measurements' machines apart: one vendor's product name alone covers CPUs
+    from AVX2-only ones to ones with bf16 units, so the family, model and the features that matter
+    come too."""
     cpu, fields = platform.processor(), {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -17,7 +17,7 @@ from eagle_mini.errors import EagleMiniError
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """temperature 0 means greedy; top_p 1.0 and top_k 0 mean "off"."""
+    """temperature 0 means greedy; top_p `1.0` and top_k 0 mean "off"."""
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0

@@ -106,3 +106,59 @@ def notebook_figures(path) -> list[tuple[int, Figure]]:
     cells = json.loads(Path(path).read_text())["cells"]
     return [(i, f) for i, c in enumerate(cells) if c["cell_type"] == "markdown"
             for f in hand_typed_figures("".join(c["source"]))]
+
+
+CPU_MODEL = re.compile(r"\b(?:Xeon|EPYC|Ryzen|Threadripper|Zen\s?\d\+?|Zen|(?:Sapphire|Emerald|Granite) "
+                       r"Rapids|(?:Ice|Cascade|Cooper|Coffee|Kaby|Alder|Raptor) Lake|Skylake|"
+                       r"Broadwell|Haswell|Genoa|Graviton|Neoverse|Core i[3579])\b")
+TRACKER = re.compile(r"\b(?:issues?|sessions?|sittings?|PRs?|pull requests?|tickets?)\s*#?\d+\b|"
+                     r"(?<![\w&#])#\d+\b", re.IGNORECASE)
+DOCTEST = re.compile(r"^[ \t]*>>>.*?(?=\n[ \t]*\n|\Z)", re.DOTALL | re.MULTILINE)
+
+
+def prose_findings(text: str) -> list[Figure]:
+    """`hand_typed_figures` of a docstring or comment, plus the CPU models and tracker references
+    (`issue 18`, `#18`, `session 12`) it names; doctest lines (`>>>` and the expected output below
+    them, to the next blank line) are code, not prose.
+
+        >>> [f.text for f in prose_findings("On Zen 4 (issue 18) a step took 2.2 s.")]
+        ['2.2 s', 'Zen 4', 'issue 18']
+        >>> prose_findings("EAGLE §3.1: the paper's 2.8x; `lr=3e-4`; 2**k nodes.")
+        []
+    """
+    text = DOCTEST.sub(_blank, text)
+    found = hand_typed_figures(text)
+    for piece in _pieces(CODE.sub(_blank, text)):
+        if CITED.search(piece):
+            continue
+        found += [Figure(m.group(0), " ".join(piece.split()))
+                  for pattern in (CPU_MODEL, TRACKER) for m in pattern.finditer(piece)]
+    return found
+
+
+def code_figures(source: str) -> list[tuple[int, Figure]]:
+    """(line, finding) for every `prose_findings` in a Python module's docstrings (read with `ast`)
+    and `#` comments (read with `tokenize`; a comment continued by whole-line comments right
+    below it is one text, a comment after code starts a new one)."""
+    import ast
+    import io
+    import tokenize
+    texts = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=True)
+            if doc:
+                texts.append((node.body[0].lineno, doc))
+    block, last = [], None
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type != tokenize.COMMENT:
+            continue
+        own_line = tok.line.lstrip().startswith("#")
+        if block and (tok.start[0] != last + 1 or not own_line):
+            texts.append(block[0])
+            block = []
+        text = tok.string.lstrip("#").strip()
+        block = [(block[0][0], block[0][1] + "\n" + text)] if block else [(tok.start[0], text)]
+        last = tok.start[0]
+    texts += block
+    return [(line, f) for line, text in sorted(texts) for f in prose_findings(text)]

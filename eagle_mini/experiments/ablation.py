@@ -62,16 +62,16 @@ class AblationConfig:
     seeds: int = 3                 # training seeds per variant (initialization, data order, noise)
     mixed_precision: str = "no"    # "bf16": the heads under autocast (train.TrainConfig); fp32 by
     #                                default: a run resumes on whichever CPU the next sitting gets, and
-    #                                on one without bf16 units a bf16 matmul was 45x slower than fp32
+    #                                on one without bf16 units a bf16 matmul is many times slower
+    #                                (runtime/precision.py measures it on the machine at hand)
 
 
-# `full` is sized for several hours on 2 CPU threads, spread over sittings (SmolLM2-135M): ~5-9 min
-# of features (336k tokens, in the work directory, recomputed in each sitting), then per head a
-# 4,096-token step of 2.2-2.4 s fp32 (Zen 2, 2 threads, nothing else running; 4.3 s at 1 thread,
-# so two 1-thread processes would gain nothing), i.e. ~20 min for 6 epochs, plus ~10 min of
-# decoding 80 prompts for tau and, on the first seed, ~1 min of probes: ~6 h for 3 seeds x 4
-# heads (`scripts/probe_ablation_step.py`). `ci` is notebook 02's live run; `tiny` a smoke test
-# on the real target.
+# `full` is sized for several hours on 2 CPU threads, spread over sittings (SmolLM2-135M): the
+# features of the shared text (in the work directory, recomputed in each sitting), then per head
+# 6 epochs of 4,096-token steps, the decoding of 80 prompts for tau and, on the first seed, the
+# probes, for 3 seeds x 4 heads. A step's time is measured by `scripts/probe_ablation_step.py`;
+# each finished run's times are in data/results/uncertainty.json (`phase_seconds`). `ci` is
+# notebook 02's live run; `tiny` a smoke test on the real target.
 SIZES = {
     "tiny": AblationConfig(train_tokens=1_000, val_tokens=500, max_len=256, epochs=1,
                            batch_tokens=1024, warmup=2, vocab_conversations=20, prompts=1,
@@ -223,96 +223,102 @@ def seeds_of(cfg: AblationConfig) -> list[int]:
     return [cfg.seed + i for i in range(cfg.seeds)]
 
 
-def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationConfig, work,
-                 draft_vocab=None, command: str = "", log=print, progress: bool = True,
-                 keep=None) -> dict:
-    """The whole experiment on featurizable examples (`.input_ids`, `.loss_mask`) and prompts
-    (strings or id lists); every finished phase is kept in `work` and skipped on a rerun.
-
-    For each seed in turn, each of the four heads is trained, decodes every prompt for tau and,
-    with the first seed, runs the probes (`uncertainty.branch_probe`, `error_by_entropy`), while
-    its head is at hand. Raising `seeds` later continues the same run.
-    keep: a directory that receives each finished variant's JSON files (`work` may not survive
-    the sitting) and seeds a new `work` with them.
-    progress: bars for the features, each head's training and the decoding."""
-    from eagle_mini.training.features import compute_features
-    from eagle_mini.heads.eagle1 import DraftHead
-    from eagle_mini.results import machine_info
-    t_start = time.perf_counter()
-    work = Path(work)
-    work.mkdir(parents=True, exist_ok=True)
-    same_run = {k: v for k, v in asdict(cfg).items() if k != "seeds"}
-    identity = {"format": FORMAT, "target": target.name, "config": same_run,
-                "train_examples": len(train_examples), "val_examples": len(val_examples),
-                "prompts": len(prompts),
-                "draft_vocab_size": len(draft_vocab) if draft_vocab is not None else target.vocab_size}
-    for d in [work] + ([Path(keep)] if keep else []):
+def _claim_work(dirs: list[Path], identity: dict) -> None:
+    """Mark each directory as this run's (config.json); refuse one that holds another run."""
+    for d in dirs:
         ident_path = d / "config.json"
         if ident_path.exists() and json.loads(ident_path.read_text()) != identity:
             raise EagleMiniError(f"{d} holds another run of this experiment (config.json differs); "
                                  "use another --work / --keep directory or delete it")
         d.mkdir(parents=True, exist_ok=True)
         ident_path.write_text(results_json(identity, indent=1))
-    memo, phases = {}, {"features_seconds": 0.0}
 
-    def features(name, examples):
-        if name not in memo:
+
+class _SharedFeatures:
+    """The target's features of the shared training and validation text, computed once (kept in
+    `work`), and the training batches grouped by length: the same for every head."""
+
+    def __init__(self, target, work: Path, cfg: AblationConfig, log, progress: bool):
+        self.target, self.work, self.cfg, self.log, self.progress = target, work, cfg, log, progress
+        self.memo, self.seconds = {}, 0.0
+
+    def features(self, name: str, examples) -> list[dict]:
+        """The rows of `examples` (named `name` in `work`), computed on first use."""
+        from eagle_mini.training.features import compute_features
+        if name not in self.memo:
             def compute():
                 t0 = time.perf_counter()
                 with tqdm(total=sum(len(e.input_ids) for e in examples), desc=f"features {name}",
-                          unit="tok", unit_scale=True, disable=not progress) as bar:
-                    rows = compute_features(target, examples, progress=bar)
-                phases["features_seconds"] += time.perf_counter() - t0
+                          unit="tok", unit_scale=True, disable=not self.progress) as bar:
+                    rows = compute_features(self.target, examples, progress=bar)
+                self.seconds += time.perf_counter() - t0
                 return rows
-            memo[name] = _cached_tensors(work / f"features_{name}.pt", compute)
-        return memo[name]
+            self.memo[name] = _cached_tensors(self.work / f"features_{name}.pt", compute)
+        return self.memo[name]
 
-    def batches():
-        if "batches" not in memo:
-            rows = features("train", train_examples)
+    def batches(self, train_examples) -> list[list[dict]]:
+        """The training rows in length-grouped batches (`length_grouped`), built on first use."""
+        if "batches" not in self.memo:
+            rows = self.features("train", train_examples)
             tokens = sum(len(r["input_ids"]) for r in rows)
-            log(f"features of {len(rows)} training conversations ({tokens:,} tokens), kept in memory "
-                "for every head")
-            memo["batches"] = length_grouped(rows, cfg.batch_tokens)
-        return memo["batches"]
+            self.log(f"features of {len(rows)} training conversations ({tokens:,} tokens), kept in "
+                     "memory for every head")
+            self.memo["batches"] = length_grouped(rows, self.cfg.batch_tokens)
+        return self.memo["batches"]
 
-    runs, probes = {v.name: [] for v in VARIANTS}, {}
-    for seed in seeds_of(cfg):
-        for v in VARIANTS:
-            rel = Path(f"seed{seed}") / v.name
-            where = work / rel
-            parts = ["result.json", "tau.json"] + (["probe.json"] if seed == cfg.seed else [])
-            restored = keep is not None and _restore(Path(keep) / rel, where, parts)
-            log(f"--- seed {seed}, {v.label}: reads {v.reads}, predicts f_(i+1)"
-                + (" (finished in an earlier sitting, kept)" if restored else
-                   " (finished earlier, kept)" if (where / "result.json").exists() else ""))
-            run = _cached(where / "result.json", lambda v=v, where=where, seed=seed: train_variant(
-                target, v, batches(), features("val", val_examples), cfg, where, seed, draft_vocab,
-                log, progress))
-            last = run["epochs"][-1]
-            log(f"    val top-1 {last['top1']:.3f}, 1-alpha {number(last['alpha'][1]):.3f}; "
-                f"{(time.perf_counter() - t_start) / 60:.1f} min into this session")
-            def head(where=where):   # loaded once, only if tau or the probe is still to do
-                if where not in memo:
-                    memo[where] = DraftHead.load(where / "head", target).eval()
-                return memo[where]
-            run["decode"] = _cached(where / "tau.json", lambda v=v: decode_tau(
-                target, head(), v, prompts, cfg.max_new_tokens, cfg.tree, progress))
-            log(f"    tau {number(run['decode']['tau']):.3f} on {len(prompts)} prompts")
-            if seed == cfg.seed:
-                val = features("val", val_examples)
-                probes[v.name] = _cached(where / "probe.json", lambda v=v: {
-                    "branches": branch_probe(target, {v.name: head()}, val, cfg.min_p, cfg.contexts),
-                    "entropy": error_by_entropy(target, {v.name: head()}, val, cfg.entropy_bins,
-                                                cfg.analysis_tokens)})
-            memo.pop(where, None)
-            if keep is not None and not restored:
-                _store(where, Path(keep) / rel, parts)
-            runs[v.name].append(run)
+
+def _run_variant(target, v, seed: int, shared: _SharedFeatures, examples: tuple, prompts,
+                 cfg: AblationConfig, work: Path, keep, draft_vocab, log, progress: bool,
+                 t_start: float, probes: dict) -> dict:
+    """One head with one seed: trained, its tau decoded and, with the first seed, probed (into
+    `probes`); each phase kept in `work` (and `keep`) and skipped when finished earlier."""
+    from eagle_mini.heads.eagle1 import DraftHead
+    train_examples, val_examples = examples
+    rel = Path(f"seed{seed}") / v.name
+    where = work / rel
+    parts = ["result.json", "tau.json"] + (["probe.json"] if seed == cfg.seed else [])
+    restored = keep is not None and _restore(Path(keep) / rel, where, parts)
+    log(f"--- seed {seed}, {v.label}: reads {v.reads}, predicts f_(i+1)"
+        + (" (finished in an earlier sitting, kept)" if restored else
+           " (finished earlier, kept)" if (where / "result.json").exists() else ""))
+    run = _cached(where / "result.json", lambda: train_variant(
+        target, v, shared.batches(train_examples), shared.features("val", val_examples), cfg,
+        where, seed, draft_vocab, log, progress))
+    last = run["epochs"][-1]
+    log(f"    val top-1 {last['top1']:.3f}, 1-alpha {number(last['alpha'][1]):.3f}; "
+        f"{(time.perf_counter() - t_start) / 60:.1f} min into this session")
+    loaded = {}
+
+    def head():   # loaded once, only if tau or the probe is still to do
+        if "head" not in loaded:
+            loaded["head"] = DraftHead.load(where / "head", target).eval()
+        return loaded["head"]
+    run["decode"] = _cached(where / "tau.json", lambda: decode_tau(
+        target, head(), v, prompts, cfg.max_new_tokens, cfg.tree, progress))
+    log(f"    tau {number(run['decode']['tau']):.3f} on {len(prompts)} prompts")
+    if seed == cfg.seed:
+        val = shared.features("val", val_examples)
+        probes[v.name] = _cached(where / "probe.json", lambda: {
+            "branches": branch_probe(target, {v.name: head()}, val, cfg.min_p, cfg.contexts),
+            "entropy": error_by_entropy(target, {v.name: head()}, val, cfg.entropy_bins,
+                                        cfg.analysis_tokens)})
+    if keep is not None and not restored:
+        _store(where, Path(keep) / rel, parts)
+    return run
+
+
+def _ablation_result(target, examples: tuple, prompts, cfg: AblationConfig, identity: dict,
+                     runs: dict, probes: dict, features_seconds: float, command: str,
+                     t_start: float) -> dict:
+    """The results file: every variant's seeds, the merged probes, the paper's figures, the
+    phases' seconds, the summary and the checks against the paper."""
+    from eagle_mini.results import machine_info
+    train_examples, val_examples = examples
     probe = merge_probes(probes)
-    phases.update({"variant_seconds": {k: [r.get("seconds", 0.0) for r in v] for k, v in runs.items()},
-                   "decode_seconds": {k: [r["decode"]["seconds"] for r in v] for k, v in runs.items()},
-                   "probe_seconds": sum(p["seconds"] for p in probes.values())})
+    phases = {"features_seconds": features_seconds,
+              "variant_seconds": {k: [r.get("seconds", 0.0) for r in v] for k, v in runs.items()},
+              "decode_seconds": {k: [r["decode"]["seconds"] for r in v] for k, v in runs.items()},
+              "probe_seconds": sum(p["seconds"] for p in probes.values())}
     variants = {v.name: {"label": v.label, "reads": v.reads, "input_mode": v.input_mode,
                          "token_shift": v.token_shift, "fc_in": runs[v.name][0]["fc_in"],
                          "parameters": runs[v.name][0]["parameters"], "seeds": runs[v.name]}
@@ -329,6 +335,38 @@ def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationCon
     result["summary"] = summarize(result)
     result["checks"] = paper_checks(result)
     return result
+
+
+def run_ablation(target, train_examples, val_examples, prompts, cfg: AblationConfig, work,
+                 draft_vocab=None, command: str = "", log=print, progress: bool = True,
+                 keep=None) -> dict:
+    """The whole experiment on featurizable examples (`.input_ids`, `.loss_mask`) and prompts
+    (strings or id lists); every finished phase is kept in `work` and skipped on a rerun.
+
+    For each seed in turn, each of the four heads is trained, decodes every prompt for tau and,
+    with the first seed, runs the probes (`uncertainty.branch_probe`, `error_by_entropy`), while
+    its head is at hand. Raising `seeds` later continues the same run.
+    keep: a directory that receives each finished variant's JSON files (`work` may not survive
+    the sitting) and seeds a new `work` with them.
+    progress: bars for the features, each head's training and the decoding."""
+    t_start = time.perf_counter()
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    same_run = {k: v for k, v in asdict(cfg).items() if k != "seeds"}
+    identity = {"format": FORMAT, "target": target.name, "config": same_run,
+                "train_examples": len(train_examples), "val_examples": len(val_examples),
+                "prompts": len(prompts),
+                "draft_vocab_size": len(draft_vocab) if draft_vocab is not None else target.vocab_size}
+    _claim_work([work] + ([Path(keep)] if keep else []), identity)
+    shared = _SharedFeatures(target, work, cfg, log, progress)
+    examples = (train_examples, val_examples)
+    runs, probes = {v.name: [] for v in VARIANTS}, {}
+    for seed in seeds_of(cfg):
+        for v in VARIANTS:
+            runs[v.name].append(_run_variant(target, v, seed, shared, examples, prompts, cfg, work,
+                                             keep, draft_vocab, log, progress, t_start, probes))
+    return _ablation_result(target, examples, prompts, cfg, identity, runs, probes,
+                            shared.seconds, command, t_start)
 
 
 def _restore(kept: Path, where: Path, parts: list[str]) -> bool:

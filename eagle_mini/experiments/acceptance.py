@@ -82,7 +82,7 @@ def tau_arm(rows) -> Arm:
 
 
 def summarize(result: dict) -> dict:
-    """95% bootstrap intervals of every quantity the claims read: tau per arm and the paired
+    """Bootstrap intervals (`95%`) of every quantity the claims read: tau per arm and the paired
     differences over prompts, the calibration shares over prompts, n-alpha over conversations
     and 0-alpha - last alpha, paired."""
     tau = {name: tau_arm(a["per_prompt"]) for name, a in result["arms"].items()}

@@ -169,6 +169,45 @@ def ablation_verdict(check: dict) -> bool | None:
     return False if any(above_zero(d) is False for d in ds) else None
 
 
+def _calibration_row(src, base: str) -> dict:
+    """Calibration: the share of drafts accepted at low and at high draft confidence (EAGLE-2)."""
+    q = src.quantity
+    cal = {k: src.get(f"/calibration/{k}") for k in ("arm", "low", "high")}
+    low = q(f"share accepted at draft confidence < {cal['low']}", "/summary/calibration/low")
+    high = q(f"share accepted at draft confidence > {cal['high']}", "/summary/calibration/high")
+    m, cal_tree = CALIBRATION_MARGIN, src.get(f"/arms/{cal['arm']}/tree")
+    offered = [sum(c[side][1] for c in src.get("/calibration/per_prompt")) for side in ("low", "high")]
+    return row(
+        "calibration", "the draft is calibrated: low-confidence drafts are rarely accepted, "
+        "high-confidence ones almost always", "~4% accepted below 0.05, ~98% above 0.95",
+        "Vicuna-7B, Alpaca", EAGLE_2, [low, high],
+        f"the interval below {cal['low']} lies under {cal['low'] + m:.2f} and the one above "
+        f"{cal['high']} over {cal['high'] - m:.2f} (within {m} of each range's edge)",
+        verdict(low["high"] < cal["low"] + m and high["low"] > cal["high"] - m,
+                low["low"] >= cal["low"] + m or high["high"] <= cal["high"] - m)
+        if defined(low["low"], low["high"], high["low"], high["high"]) else None, [src],
+        f"{base}; every child offered under an accepted node of the {cal_tree} tree: "
+        f"{offered[0]:,} below {cal['low']}, {offered[1]:,} above {cal['high']}")
+
+
+def _alpha_row(src) -> dict:
+    """n-alpha: how little a head reading its own predicted features loses per step (EAGLE)."""
+    q = src.quantity
+    steps = src.get("/alpha/steps")
+    alphas = [q(f"{n}-alpha", f"/summary/alpha/{n}") for n in range(steps)]
+    drop = q(f"0-alpha - {steps - 1}-alpha", "/summary/alpha_drop")
+    return row(
+        "n-alpha", "a head reading its own predicted features stays accurate: n-alpha falls "
+        f"little from n = 0 to {steps - 1}",
+        "0-alpha ~0.78 (feature & shifted token head); no n-alpha for n >= 1 in the reference",
+        "Vicuna-7B, MT-bench, T=0", EAGLE, alphas + [drop],
+        f"the paired interval of the drop over conversations lies below {ALPHA_DROP} (our "
+        "threshold)", verdict(drop["high"] < ALPHA_DROP, drop["low"] >= ALPHA_DROP)
+        if defined(drop["low"], drop["high"]) else None, [src],
+        f"{src.get('/target')}, {src.get('/head')}; teacher-forced chains on "
+        f"{src.get('/config/text_conversations')} ShareGPT {src.get('/config/split')} conversations")
+
+
 def acceptance_rows(results) -> list[dict]:
     """Tree vs chain, EAGLE-2 vs EAGLE-1, T=0 vs T=1, calibration, n-alpha (`acceptance.py`)."""
     from eagle_mini.experiments.acceptance import FORMAT as ACCEPTANCE_FORMAT
@@ -189,7 +228,7 @@ def acceptance_rows(results) -> list[dict]:
         return row(id, claim, paper, setting, cite, [tau(*b), tau(*a), d],
                    "the paired bootstrap interval of the difference over prompts lies above 0",
                    above_zero(d), [src], base)
-    rows = [
+    return [
         ordered("tree-vs-chain", "a draft tree accepts more per cycle than a chain of the same depth",
                 "tau 3.94 (tree) vs 3.20 (chain)", "Vicuna-7B, MT-bench, T=0", EAGLE,
                 ("chain", "chain"), ("tree", "eagle1"), "tree_minus_chain", "tau tree - chain"),
@@ -200,37 +239,8 @@ def acceptance_rows(results) -> list[dict]:
                 ("EAGLE-2", EAGLE2), "eagle2_minus_eagle1", "tau EAGLE-2 - EAGLE-1"),
         ordered("t0-vs-t1", "tau is lower when sampling at T=1 than when greedy",
                 "tau 3.94 (T=0) vs 3.17 (T=1)", "Vicuna-7B, MT-bench, EAGLE-1", EAGLE,
-                ("T=1", "eagle1_t1"), ("T=0", "eagle1"), "t0_minus_t1", "tau T=0 - T=1")]
-    cal = {k: src.get(f"/calibration/{k}") for k in ("arm", "low", "high")}
-    low = q(f"share accepted at draft confidence < {cal['low']}", "/summary/calibration/low")
-    high = q(f"share accepted at draft confidence > {cal['high']}", "/summary/calibration/high")
-    m, cal_tree = CALIBRATION_MARGIN, src.get(f"/arms/{cal['arm']}/tree")
-    offered = [sum(c[side][1] for c in src.get("/calibration/per_prompt")) for side in ("low", "high")]
-    rows.append(row(
-        "calibration", "the draft is calibrated: low-confidence drafts are rarely accepted, "
-        "high-confidence ones almost always", "~4% accepted below 0.05, ~98% above 0.95",
-        "Vicuna-7B, Alpaca", EAGLE_2, [low, high],
-        f"the interval below {cal['low']} lies under {cal['low'] + m:.2f} and the one above "
-        f"{cal['high']} over {cal['high'] - m:.2f} (within {m} of each range's edge)",
-        verdict(low["high"] < cal["low"] + m and high["low"] > cal["high"] - m,
-                low["low"] >= cal["low"] + m or high["high"] <= cal["high"] - m)
-        if defined(low["low"], low["high"], high["low"], high["high"]) else None, [src],
-        f"{base}; every child offered under an accepted node of the {cal_tree} tree: "
-        f"{offered[0]:,} below {cal['low']}, {offered[1]:,} above {cal['high']}"))
-    steps = src.get("/alpha/steps")
-    alphas = [q(f"{n}-alpha", f"/summary/alpha/{n}") for n in range(steps)]
-    drop = q(f"0-alpha - {steps - 1}-alpha", "/summary/alpha_drop")
-    rows.append(row(
-        "n-alpha", "a head reading its own predicted features stays accurate: n-alpha falls "
-        f"little from n = 0 to {steps - 1}",
-        "0-alpha ~0.78 (feature & shifted token head); no n-alpha for n >= 1 in the reference",
-        "Vicuna-7B, MT-bench, T=0", EAGLE, alphas + [drop],
-        f"the paired interval of the drop over conversations lies below {ALPHA_DROP} (our "
-        "threshold)", verdict(drop["high"] < ALPHA_DROP, drop["low"] >= ALPHA_DROP)
-        if defined(drop["low"], drop["high"]) else None, [src],
-        f"{src.get('/target')}, {src.get('/head')}; teacher-forced chains on "
-        f"{src.get('/config/text_conversations')} ShareGPT {src.get('/config/split')} conversations"))
-    return rows
+                ("T=1", "eagle1_t1"), ("T=0", "eagle1"), "t0_minus_t1", "tau T=0 - T=1"),
+        _calibration_row(src, base), _alpha_row(src)]
 
 
 def eagle3_row(results) -> dict:

@@ -180,6 +180,31 @@ def _draft_top1(head, predicted):
     return head.draft_to_target[head.draft_logits(predicted).argmax(-1)]
 
 
+def _branch_summary(ctx: dict, steps: list, min_p: float) -> tuple[dict, torch.Tensor]:
+    """(the median branch distance against the median step ||f_{j+1} - f_j|| and their ratio,
+    every step distance)."""
+    step_all = torch.cat(steps) if steps else torch.zeros(0)
+    d = torch.tensor(ctx["branch_distance"])
+    summary = {"contexts": len(d), "min_p": min_p,
+               "median_branch_distance": d.median().item() if len(d) else float("nan"),
+               "median_step_distance": step_all.median().item() if len(step_all) else float("nan")}
+    summary["ratio"] = summary["median_branch_distance"] / summary["median_step_distance"]
+    return summary, step_all
+
+
+def _branch_heads(heads: dict, err: dict, top1: dict) -> dict:
+    """Per head: its mean distance to the branches' features and how often its top-1 is each
+    branch's token (both at once, and per branch)."""
+    out = {}
+    for name in heads:
+        e, t = torch.tensor(err[name]).view(-1, 2), torch.tensor(top1[name]).view(-1, 2)
+        out[name] = {"mean_error": e.mean().item() if len(e) else float("nan"),
+                     "both_branches_top1": t.all(1).float().mean().item() if len(t) else float("nan"),
+                     "top1": t.float().mean().item() if len(t) else float("nan"),
+                     "errors": e.tolist(), "top1_per_branch": t.tolist()}
+    return out
+
+
 @torch.no_grad()
 def branch_probe(target, heads: dict, rows, min_p: float = 0.2, max_contexts: int = 300,
                  per_row: int = 30, examples: int = 6) -> dict:
@@ -227,23 +252,11 @@ def branch_probe(target, heads: dict, rows, min_p: float = 0.2, max_contexts: in
                           "branches": [target.decode([int(t)]) for t in tokens[j]],
                           "p": top.values[i].tolist(),
                           "distance": ctx["branch_distance"][-take + j]})
-    step_all = torch.cat(steps) if steps else torch.zeros(0)
-    d = torch.tensor(ctx["branch_distance"])
-    summary = {"contexts": len(d), "min_p": min_p,
-               "median_branch_distance": d.median().item() if len(d) else float("nan"),
-               "median_step_distance": step_all.median().item() if len(step_all) else float("nan")}
-    summary["ratio"] = summary["median_branch_distance"] / summary["median_step_distance"]
-    heads_out = {}
-    for name in heads:
-        e, t = torch.tensor(err[name]).view(-1, 2), torch.tensor(top1[name]).view(-1, 2)
-        heads_out[name] = {"mean_error": e.mean().item() if len(e) else float("nan"),
-                           "both_branches_top1": t.all(1).float().mean().item() if len(t) else float("nan"),
-                           "top1": t.float().mean().item() if len(t) else float("nan"),
-                           "errors": e.tolist(), "top1_per_branch": t.tolist()}
+    summary, step_all = _branch_summary(ctx, steps, min_p)
     sample = step_all[torch.linspace(0, len(step_all) - 1, min(len(step_all), 2000)).long()] \
         if len(step_all) else step_all
-    return {"summary": summary, "contexts": ctx, "heads": heads_out, "examples": shown,
-            "step_distance_sample": sample.tolist()}
+    return {"summary": summary, "contexts": ctx, "heads": _branch_heads(heads, err, top1),
+            "examples": shown, "step_distance_sample": sample.tolist()}
 
 
 @torch.no_grad()

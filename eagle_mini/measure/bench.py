@@ -48,41 +48,25 @@ def calibration_prompts(measured, k: int = 2) -> list[str]:
     return rest[-k:] if len(rest) >= k else load_prompts("sharegpt-test", k)
 
 
-def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_tokens=128,
-          temperature=0.0, seed=0, progress=True, head_note="", prompts=None,
-          curve_repeats=5, curve_rounds=4) -> dict:
-    """Run every method on the same prompts, interleaved; return per-method aggregates.
-
-    `prompts` (strings or token-id lists) replaces the dataset, e.g. for tiny test models.
-    The cost curve is measured in `curve_rounds` rounds of `curve_repeats`: one before the
-    prompts (it calibrates `auto`), the rest spread between them and after the last, pooled by
-    `pool_cost_curves` for the predictions, so the curve sees the moments the generations do.
-    """
+def _bench_inputs(methods, dataset, n, prompts):
+    """(methods with vanilla first where missing, the measured prompts, the dataset's name, the
+    calibration prompts); refuses an unknown method."""
     bad = [m for m in methods if m not in METHOD_NAMES]
     if bad:
         raise EagleMiniError(f"unknown method(s) {', '.join(bad)}; known: {', '.join(METHOD_NAMES)}")
     if VANILLA not in methods:
         methods = (VANILLA,) + tuple(methods)
-    calibration = None
     if prompts is None:
         prompts = evenly_spaced(load_prompts(dataset), n)  # MT-bench: all 8 categories
-        calibration = calibration_prompts(prompts)
-    else:
-        dataset, calibration = "custom", prompts[:1]
-    prefix = min(200, target.context_length // 4)
-    def curve_round():
-        return cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), repeats=curve_repeats,
-                          prefix_len=prefix, progress=progress)
-    rounds = [curve_round()]
-    curve = rounds[0]
-    later = curve_round_points(len(prompts), curve_rounds)
-    auto_tree, auto_scores = None, None
-    if AUTO in methods:
-        auto_tree, auto_scores = choose_auto_tree(target, pick_head(AUTO, head), curve, calibration)
-    for m in methods:  # warm-up
-        run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree)
-    rows = defaultdict(list)
-    outputs = defaultdict(list)
+        return methods, prompts, dataset, calibration_prompts(prompts)
+    return methods, prompts, "custom", prompts[:1]
+
+
+def _interleaved(target, head, methods, prompts, max_new_tokens, temperature, seed, auto_tree,
+                 curve_round, later: set[int], progress) -> tuple[dict, dict, list]:
+    """Every method on every prompt, the order rotating per prompt, with the later cost-curve
+    rounds between them: (stats per method, output ids per method, those rounds)."""
+    rows, outputs, rounds = defaultdict(list), defaultdict(list), []
     bar = _progress(len(prompts) * len(methods), progress)
     for i, prompt in enumerate(prompts):
         if i in later:
@@ -97,7 +81,53 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     bar.close()
     if len(prompts) in later:
         rounds.append(curve_round())
-    curve = pool_cost_curves(rounds)
+    return rows, outputs, rounds
+
+
+def _method_summaries(target, methods, prompts, rows, outputs, curve, temperature,
+                      auto_tree) -> dict:
+    """Per method, `summarize` against vanilla; where a greedy method parts from vanilla, where
+    and how close the choice was (`first_difference_margins`)."""
+    van = rows[VANILLA]
+    van_tps = sum(s["new_tokens"] for s in van) / sum(s["seconds"] for s in van)
+    gaps, out = None, {}
+    for m in methods:
+        out[m] = summarize(m, rows[m], outputs[m], outputs[VANILLA], van_tps, curve, temperature,
+                           auto_tree)
+        if temperature == 0 and not out[m]["equal_to_vanilla"]:
+            if gaps is None:   # vanilla's own gaps: one set for every method that parts from it
+                gaps = vanilla_top2_gaps(target, prompts, outputs[VANILLA])
+            out[m]["first_difference"] = first_difference_margins(
+                target, prompts, outputs[m], outputs[VANILLA], gaps)
+    return out
+
+
+def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_tokens=128,
+          temperature=0.0, seed=0, progress=True, head_note="", prompts=None,
+          curve_repeats=5, curve_rounds=4) -> dict:
+    """Run every method on the same prompts, interleaved; return per-method aggregates.
+
+    `prompts` (strings or token-id lists) replaces the dataset, e.g. for tiny test models.
+    The cost curve is measured in `curve_rounds` rounds of `curve_repeats`: one before the
+    prompts (it calibrates `auto`), the rest spread between them and after the last, pooled by
+    `pool_cost_curves` for the predictions, so the curve sees the moments the generations do.
+    """
+    methods, prompts, dataset, calibration = _bench_inputs(methods, dataset, n, prompts)
+    prefix = min(200, target.context_length // 4)
+    def curve_round():
+        return cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), repeats=curve_repeats,
+                          prefix_len=prefix, progress=progress)
+    rounds = [curve_round()]
+    curve = rounds[0]
+    later = curve_round_points(len(prompts), curve_rounds)
+    auto_tree, auto_scores = None, None
+    if AUTO in methods:
+        auto_tree, auto_scores = choose_auto_tree(target, pick_head(AUTO, head), curve, calibration)
+    for m in methods:  # warm-up
+        run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree)
+    rows, outputs, more = _interleaved(target, head, methods, prompts, max_new_tokens, temperature,
+                                       seed, auto_tree, curve_round, later, progress)
+    curve = pool_cost_curves(rounds + more)
     result = {"dataset": dataset, "n": len(prompts), "selection": "evenly spaced over the set",
               "calibration_prompts": len(calibration), "max_new_tokens": max_new_tokens,
               "temperature": temperature, "target": target.name,
@@ -105,17 +135,8 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
               "head": head_note, "cost_curve": curve, "auto_tree": str(auto_tree),
               "auto_scores": auto_scores, "kernels": getattr(target, "kernels", None),
               "machine": machine_info(), "methods": {}}
-    van = rows[VANILLA]
-    van_tps = sum(s["new_tokens"] for s in van) / sum(s["seconds"] for s in van)
-    gaps = None
-    for m in methods:
-        result["methods"][m] = summarize(m, rows[m], outputs[m], outputs[VANILLA], van_tps,
-                                         curve, temperature, auto_tree)
-        if temperature == 0 and not result["methods"][m]["equal_to_vanilla"]:
-            if gaps is None:   # vanilla's own gaps: one set for every method that parts from it
-                gaps = vanilla_top2_gaps(target, prompts, outputs[VANILLA])
-            result["methods"][m]["first_difference"] = first_difference_margins(
-                target, prompts, outputs[m], outputs[VANILLA], gaps)
+    result["methods"] = _method_summaries(target, methods, prompts, rows, outputs, curve,
+                                          temperature, auto_tree)
     return result
 
 

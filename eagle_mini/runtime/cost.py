@@ -105,8 +105,8 @@ def pool_cost_curves(curves: list[dict]) -> dict:
     medians over every round's samples, and each round's own medians under `"rounds_ms"`.
 
     A bench measures its curve in rounds spread over the run (`bench(curve_rounds=...)`), so the
-    curve sees the same moments of a noisy machine as the generations it is compared with; one
-    round at the start read c(1) 14% apart on two runs of one machine within the hour.
+    curve sees the same moments of a noisy machine as the generations it is compared with: one
+    round at the start read c(1) noticeably apart on two runs of one machine within the hour.
 
         >>> a = {"ns": [1, 2], "prefix_len": 8, "repeats": 2, "median_ms": [10.0, 20.0],
         ...      "samples_ms": [[9.0, 11.0], [19.0, 21.0]]}

@@ -21,9 +21,9 @@ def choose_kernels(target, repeats: int = 5, sizes=CHOICE_SIZES) -> dict:
     """Time the packed and the stock kernels side by side (`profile.cost_curve`, rounds
     interleaved) on the verification forwards of `sizes` tokens; the faster in total wins.
 
-    Packing pays on one CPU and not on another (the Xeon's c(8)/c(1): 1.49 packed, 1.67 stock in
-    RESULTS.md; on a Zen 4 the stock kernels timed faster), so the choice is measured, as `auto`
-    measures its tree. -> {"kernels", "packed_ms", "stock_ms", "sizes", "repeats"}."""
+    Packing pays on one CPU and not on another (measured in data/results/probe_linear_kernels.json
+    and the cost curves; see RESULTS.md), so the choice is measured, as `auto` measures its
+    tree. -> {"kernels", "packed_ms", "stock_ms", "sizes", "repeats"}."""
     pack_linears(target.model)
     curve = cost_curve(target, ns=tuple(sizes), repeats=repeats, warmup=1, compare_stock=True,
                        progress=False, prefix_len=min(200, target.context_length // 4))

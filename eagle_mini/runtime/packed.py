@@ -4,8 +4,9 @@ EAGLE's speedup is bounded by tau / (c(tree)/c(1) + draft cost) (EAGLE §3.3, an
 batch 1 a forward reads every weight once whatever the number of new tokens, so on paper c(n) stays
 near c(1) until the matmuls become compute bound. Stock CPU kernels do not get there: MKL's sgemm
 repacks the weight matrix into its blocked layout on *every* call, so a forward of 8 tokens pays
-for reading each weight, writing the packed copy and reading that again; profiled on the course's
-2-core CPU, the target's matmuls cost ~2.2x at 8 tokens what they cost at 1.
+for reading each weight, writing the packed copy and reading that again: profiled on the course's
+CPU, the target's matmuls cost well over their single-token time at 8 tokens
+(data/results/probe_linear_kernels.json; see RESULTS.md).
 
 This module packs each `nn.Linear`'s weight once, for a few row counts (MKL's packed GEMM,
 `cblas_sgemm_pack`, is specific to the number of rows), and pads a forward's rows up to the next
@@ -24,8 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 # Row counts to pack for: a forward of m tokens (2 < m <= 16) runs on the smallest size >= m.
-# Measured on the course's CPU (1 thread, all 210 decoder matmuls of SmolLM2-135M): stock 36 ms at
-# 1 row, 39 at 2, 63 at 4, 79 at 8 and 16; packed 49 at 4, 56 at 8, 66 at 16.
+# Chosen from the stock and packed times of all 210 decoder matmuls of SmolLM2-135M per row count,
+# measured in data/results/probe_linear_kernels.json (`scripts/probe_linear_kernels.py`).
 PACK_SIZES = (4, 8, 16)
 
 

@@ -1,11 +1,10 @@
 """Is bf16 faster than fp32 on this CPU? Measured on the machine at hand, never assumed.
 
-CPUs with bf16 units (Intel AMX, AVX512_BF16 on AMD Zen 4) multiply bf16 matrices 2-3x faster than
-fp32, and the training recipe's `--mixed-precision bf16 --feature-dtype bf16` was 2.4x faster on a
-Xeon (the shipped head's round 6). CPUs without them (AMD Zen 2: AVX2 only) convert every bf16
-operand and run the same matmul tens of times *slower*: a [2048, 576] @ [576, 1536] product took
-0.48 s in fp32 and 21.5 s in bf16 on one (the head's EXPERIMENTS.md). So `auto` times one matmul of
-a head-sized layer in both dtypes and picks bf16 only where it wins by `MARGIN`.
+CPUs with bf16 units (Intel AMX, AVX512_BF16) multiply bf16 matrices faster than fp32, and so
+runs the training recipe's `--mixed-precision bf16 --feature-dtype bf16` (the shipped head's
+rounds, in data/heads/smollm2-135m/). CPUs without them (AVX2 only) convert every bf16 operand and
+run the same matmul many times *slower* (measured in the head's EXPERIMENTS.md). So `auto` times
+one matmul of a head-sized layer in both dtypes and picks bf16 only where it wins by `MARGIN`.
 
     >>> choice({"speedup": 2.6})[0], choice({"speedup": 0.02})[0]
     ('bf16', 'fp32')
@@ -61,8 +60,8 @@ def set_matmul_precision(precision: str, root: Path = Path(".")) -> str:
     """`torch.set_float32_matmul_precision(precision)`, and one line on what that mode promises.
 
     "highest" computes every fp32 matmul in fp32: EAGLE's output equals vanilla's token for token.
-    "high" and "medium" let oneDNN use bf16-based internals where the CPU has them (the Zen 4 of
-    the head issue: c(16)/c(1) 1.35 instead of 1.60). Vanilla then runs in that mode too, and EAGLE
+    "high" and "medium" let oneDNN use bf16-based internals where the CPU has them, which
+    can make a multi-token forward cheaper (measure it with `profile-target`). Vanilla then runs in that mode too, and EAGLE
     can only be lossless against it up to ties, so the line reports the mode's own check-lossless
     file, or says how to make it.
 

@@ -338,7 +338,7 @@ def run_notebook(driver, lab: Lab, name: str, shots: Path, timeout: float) -> st
     outputs.screenshot(str(shots / f"{stem}-1-before.png"))
     before = driver.execute_script(OUTPUT_PARTS_JS, name)
     if kind == "slider":
-        def shown():  # label and readout, and the handle's aria value (rounded: 0.51 reads 0.5)
+        def shown():  # label and readout, and the handle's aria value (rounded to the slider's step)
             return widget.text.replace("\n", " "), control.get_attribute("aria-valuenow")
         was = shown()
         control.send_keys(Keys.ARROW_RIGHT)

@@ -36,7 +36,7 @@ from eagle_mini.results import machine_info, results_json
 DONOR = "smollm2-135m"   # lends its tokenizer, chat template and special-token ids
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
         "num_attention_heads": 4, "num_key_value_heads": 4}   # for tests: the whole path, small
-BUDGET_GB = 24 * 2**30 / 1e9   # the issue's 24 GiB
+BUDGET_GB = 24 * 2**30 / 1e9   # the machine a GPU user rents: `24` GiB
 KINDS = ("eagle1", "eagle3")
 METHODS = ("vanilla", "eagle2", "eagle3")
 
@@ -48,15 +48,15 @@ def configs() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much each step does. Planned for 7B on 2 cores with bf16 units (the issue's Zen 4
-    probe: ~0.9 s a forward of up to 8 tokens, ~0.04 s a token beyond): a step takes a minute or
-    a few. Without them (AVX2 only) bf16 matmuls are emulated, ~20x slower per token."""
+    """How much each step does. Planned for 7B on 2 cores with bf16 units (a forward's measured
+    cost is in data/results/rehearsal_vicuna-7b.json, `cost_curve`): a step takes a minute or a
+    few. Without them (AVX2 only) bf16 matmuls are emulated, many times slower per token."""
     conversations: int = 2     # dump-features: ShareGPT train conversations
     max_len: int = 192         # their tokens at most (dump, train, eval): a few hundred in all
     steps: int = 4             # train-head: one conversation per optimizer step
     stop_after: int = 2        # the first call stops here; the same command then finishes
     lr: float = 3e-4           # notebook 03's 7B rate; the 135M head's 3e-3 diverged at 7B shape
-    #                            within 4 steps (loss 1.6 -> 699, first run), hence default_lr
+    #                            within a few steps (the loss blew up, first run), hence default_lr
     draft_vocab: int = 8192    # EAGLE-3 head's draft vocabulary (0: the whole vocabulary)
     eval_text: int = 1         # eval-head: teacher-forced test conversations
     eval_prompts: int = 2      # eval-head: MT-bench first turns decoded with EAGLE-2
@@ -68,7 +68,7 @@ class Sizes:
 
 
 # tiny: fewer steps and prompts, and the whole vocabulary for EAGLE-3 (`frequent_tokens` reads
-# 2,000 conversations, ~15 s a call, three calls)
+# 2,000 conversations per call, and three calls would dominate a test)
 SIZES = {"tiny": Sizes(max_len=128, steps=2, stop_after=1, draft_vocab=0, gen_prompts=1,
                        prefix_len=32, repeats=1)}
 
@@ -211,55 +211,46 @@ def greedy_summary(generations: dict) -> dict:
     return out
 
 
-def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
-             threads: int | None = None, command: str | None = None, log=print) -> dict:
-    """Run (or resume) the whole rehearsal and write its results JSON to `out` (default
-    data/results/rehearsal_<config>.json); `root` (default runs/rehearsal_<config>) holds the
-    model, features, heads, logs and step records. `command`: the command line, for the file."""
-    from eagle_mini.training.commands import training_plan
-    from eagle_mini.data import evenly_spaced, mtbench_prompts
-    if config not in configs():
-        raise EagleMiniError(f"unknown rehearsal config {config!r}; known: {', '.join(configs())}")
-    root = Path(root or f"runs/rehearsal_{config}")
-    out = Path(out or f"data/results/rehearsal_{config}.json")
-    size = SIZES.get(config, Sizes())
+def _warn_without_bf16_units(config: str, log) -> None:
+    """A 7B-shaped rehearsal planned for bf16 matrix units warns where the CPU lacks them."""
     features = machine_info().get("cpu_features", [])
     if config != "tiny" and not {"avx512_bf16", "amx_bf16"} & set(features):
         log(f"warning: this CPU ({', '.join(features) or 'no listed features'}) has no bf16 "
             "matrix units (avx512_bf16, amx_bf16): bf16 matmuls are emulated, and every step "
             "that computes takes ~10-40x longer than the sizes here were planned for")
-    model = root / "model"
+
+
+def _head_steps(step, root: Path, kind: str, load: list, size: Sizes, seed: int) -> None:
+    """One head kind's steps: dump-features, train-head (stopped, resumed; uninterrupted),
+    eval-head and export."""
     cli = [sys.executable, "-m", "eagle_mini"]
-    own = [sys.executable, "-m", __name__]
-    load = ["--model", model, "--dtype", "bf16", *(["--threads", threads] if threads else [])]
-    steps = {}
+    feats, head = root / f"features_{kind}", root / f"train_{kind}" / "head"
+    step(f"dump_{kind}", [*cli, "dump-features", *load, "--max-conversations",
+                          size.conversations, "--max-len", size.max_len, "--out", feats,
+                          *(["--eagle3"] if kind == "eagle3" else [])])
+    train = [*cli, "train-head", *load, "--features", feats, "--kind", kind, "--steps",
+             size.steps, "--warmup", 0, "--lr", size.lr, "--batch-tokens", 1,
+             "--max-len", size.max_len, "--eval-conversations", 1, "--seed", seed,
+             *(["--draft-vocab", size.draft_vocab] if kind == "eagle3" and size.draft_vocab
+               else [])]
+    for name, run in (("stopped", f"train_{kind}"), ("resumed", f"train_{kind}"),
+                      ("uninterrupted", f"train_{kind}_uninterrupted")):
+        stop = ["--stop-after", size.stop_after] if name != "uninterrupted" else []
+        step(f"train_{kind}_{name}", [*train, "--out", root / run / "head",
+                                      "--work", root / run / "work", *stop])
+    step(f"eval_{kind}", [*cli, "eval-head", *load, "--head", head, "--n-text", size.eval_text,
+                          "--max-len", size.max_len, "--n-prompts", size.eval_prompts,
+                          "--max-new-tokens", size.eval_tokens,
+                          "--out", root / f"eval_{kind}.json"])
+    step(f"export_{kind}", [*cli, "export", *load, "--head", head,
+                            "--out", root / f"export_{kind}"])
 
-    def step(name, argv):
-        steps[name] = run_step(root, name, argv, log)
 
-    step("build", [*own, "build", "--config", config, "--dir", model, "--seed", seed])
-    build = json.loads((model / "build.json").read_text())
-    for kind in KINDS:
-        feats, head = root / f"features_{kind}", root / f"train_{kind}" / "head"
-        step(f"dump_{kind}", [*cli, "dump-features", *load, "--max-conversations",
-                              size.conversations, "--max-len", size.max_len, "--out", feats,
-                              *(["--eagle3"] if kind == "eagle3" else [])])
-        train = [*cli, "train-head", *load, "--features", feats, "--kind", kind, "--steps",
-                 size.steps, "--warmup", 0, "--lr", size.lr, "--batch-tokens", 1,
-                 "--max-len", size.max_len, "--eval-conversations", 1, "--seed", seed,
-                 *(["--draft-vocab", size.draft_vocab] if kind == "eagle3" and size.draft_vocab
-                   else [])]
-        for name, run in (("stopped", f"train_{kind}"), ("resumed", f"train_{kind}"),
-                          ("uninterrupted", f"train_{kind}_uninterrupted")):
-            stop = ["--stop-after", size.stop_after] if name != "uninterrupted" else []
-            step(f"train_{kind}_{name}", [*train, "--out", root / run / "head",
-                                          "--work", root / run / "work", *stop])
-        step(f"eval_{kind}", [*cli, "eval-head", *load, "--head", head, "--n-text", size.eval_text,
-                              "--max-len", size.max_len, "--n-prompts", size.eval_prompts,
-                              "--max-new-tokens", size.eval_tokens,
-                              "--out", root / f"eval_{kind}.json"])
-        step(f"export_{kind}", [*cli, "export", *load, "--head", head,
-                                "--out", root / f"export_{kind}"])
+def _generate_steps(step, root: Path, load: list, size: Sizes) -> dict:
+    """`generate --json` per MT-bench prompt and method; their greedy agreement with vanilla,
+    with the first difference measured (a step of its own) where a method parts from it."""
+    from eagle_mini.data import evenly_spaced, mtbench_prompts
+    cli = [sys.executable, "-m", "eagle_mini"]
     prompts = evenly_spaced(mtbench_prompts(), size.gen_prompts)
     generations = {m: [] for m in ("prompt_ids", *METHODS)}
     for i, prompt in enumerate(prompts):
@@ -274,16 +265,18 @@ def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
     greedy = greedy_summary(generations)
     if any(g["identical_prompts"] < g["prompts"] for g in greedy.values()):
         (root / "generations.json").write_text(json.dumps(generations))
-        step("first_difference", [*own, "first-difference", *load,
+        step("first_difference", [sys.executable, "-m", __name__, "first-difference", *load,
                                   "--generations", root / "generations.json",
                                   "--out", root / "first_difference.json"])
         for m, d in json.loads((root / "first_difference.json").read_text()).items():
             greedy[m]["first_difference"] = d
-    step("profile", [*cli, "profile-target", *load, "--prefix-len", size.prefix_len,
-                     "--repeats", size.repeats, "--max-n", 64, "--with-head",
-                     "--out", root / "cost_curve.json"])
+    return greedy
 
-    shape = json.loads((model / "config.json").read_text())
+
+def _plan_steps(root: Path, shape: dict, size: Sizes, steps: dict) -> tuple[dict, dict]:
+    """(feature token counts, training_plan) per head kind; each step gains its predicted memory
+    and its peak RSS minus that prediction."""
+    from eagle_mini.training.commands import training_plan
     tokens = {k: json.loads((root / f"features_{k}" / "manifest.json").read_text())["counts"]
               for k in KINDS}
     plan = {k: training_plan(shape, tokens[k]["tokens"], kind=k,
@@ -294,9 +287,18 @@ def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
         s["predicted_gb"] = plan["eagle1"]["target_bf16_gb"] + (
             plan[kind]["head_adamw_fp32_gb"] if kind else 0.0)
         s["rss_minus_predicted_gb"] = s["peak_rss_gb"] - s["predicted_gb"]
+    return tokens, plan
+
+
+def _rehearsal_result(config: str, seed: int, size: Sizes, command, threads, root: Path,
+                      build: dict, steps: dict, greedy: dict, out: Path) -> dict:
+    """The results file's record of a finished rehearsal, read back from what its steps left."""
+    model = root / "model"
+    shape = json.loads((model / "config.json").read_text())
+    tokens, plan = _plan_steps(root, shape, size, steps)
     curve = json.loads((root / "cost_curve.json").read_text())
     peak = max(s["peak_rss_gb"] for s in steps.values())
-    result = {
+    return {
         "what": "7B dress rehearsal: the commands a GPU user runs, each a child process, on a "
                 f"{config}-shaped Llama with RANDOM WEIGHTS (bf16, seed {seed}) and SmolLM2's "
                 "tokenizer. It proves that the path runs, what it costs and that a resume "
@@ -323,6 +325,37 @@ def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
         "orchestrator_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
         "ran_now": [n for n, s in steps.items() if s["ran"]], "out": str(out),
     }
+
+
+def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
+             threads: int | None = None, command: str | None = None, log=print) -> dict:
+    """Run (or resume) the whole rehearsal and write its results JSON to `out` (default
+    data/results/rehearsal_<config>.json); `root` (default runs/rehearsal_<config>) holds the
+    model, features, heads, logs and step records. `command`: the command line, for the file."""
+    if config not in configs():
+        raise EagleMiniError(f"unknown rehearsal config {config!r}; known: {', '.join(configs())}")
+    root = Path(root or f"runs/rehearsal_{config}")
+    out = Path(out or f"data/results/rehearsal_{config}.json")
+    size = SIZES.get(config, Sizes())
+    _warn_without_bf16_units(config, log)
+    model = root / "model"
+    load = ["--model", model, "--dtype", "bf16", *(["--threads", threads] if threads else [])]
+    steps = {}
+
+    def step(name, argv):
+        steps[name] = run_step(root, name, argv, log)
+
+    step("build", [sys.executable, "-m", __name__, "build", "--config", config, "--dir", model,
+                   "--seed", seed])
+    build = json.loads((model / "build.json").read_text())
+    for kind in KINDS:
+        _head_steps(step, root, kind, load, size, seed)
+    greedy = _generate_steps(step, root, load, size)
+    step("profile", [sys.executable, "-m", "eagle_mini", "profile-target", *load,
+                     "--prefix-len", size.prefix_len, "--repeats", size.repeats, "--max-n", 64,
+                     "--with-head", "--out", root / "cost_curve.json"])
+    result = _rehearsal_result(config, seed, size, command, threads, root, build, steps, greedy,
+                               out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_json(result))
     return result

@@ -2,8 +2,7 @@
 
 Every measured figure the repository's documents quote is read here from a file in
 `data/results/` or `data/heads/<head>/`, and printed beside the file's name and the command that
-made it; nothing is typed by hand, so the documents cannot drift from the measurements (issue 19,
-"numbers that cannot drift"). The papers' own figures appear only as the papers', with their
+made it; nothing is typed by hand, so the documents cannot drift from the measurements. The papers' own figures appear only as the papers', with their
 citation. The module runs no model: it formats JSON.
 
 * `results_markdown(root)`: the whole of RESULTS.md;
@@ -457,39 +456,23 @@ def plan_section() -> list[str]:
             "into GPU-hours under a stated assumption.", ""]
 
 
-def rehearsal_section(f: Files) -> list[str]:
-    """`rehearse` at Vicuna-7B shape: each step's time and peak RSS beside `training_plan`."""
-    title = ["## The 7B dress rehearsal (measured, random weights)", ""]
-    if not f.path(REHEARSAL).exists():
-        return title + ["Not run yet: `python -m eagle_mini rehearse` on a CPU with bf16 units "
-                        f"(avx512_bf16 or amx_bf16) writes `{RESULTS}/{REHEARSAL}`.", ""]
-    r = f.json(REHEARSAL)
-    m, steps = r["model"], r["steps"]
-    rows = [[f"`{name}`", f"{s['seconds']:,.0f}", f"{s['peak_rss_gb']:.1f}",
-             f"{s['predicted_gb']:.1f}", f"{s['rss_minus_predicted_gb']:+.1f}"]
-            for name, s in steps.items()]
-    resume = "; ".join(
-        f"{k}: {'identical' if v['identical'] else 'NOT identical'} ({v['tensors']} tensors, "
-        f"largest difference {v['max_abs_difference']:.1g}, checkpoint in {v['checkpoint_dtype']})"
-        for k, v in r["resume"].items())
+def _rehearsal_greedy(method: str, g: dict) -> str:
+    """One method's greedy agreement with vanilla in the rehearsal, and where it parts."""
+    text = f"{method} equal to vanilla on {g['identical_prompts']}/{g['prompts']} prompts"
+    d = g.get("first_difference")
+    if d:
+        shares = ", ".join(f"{x:.0%}" for x in d["share_of_vanilla_gaps_at_most_margin"])
+        text += (f" (they part where vanilla's top-1 led the chosen token by "
+                 f"{', '.join(f'{x:.3f}' for x in d['margins'])} in logit; {shares} of "
+                 "vanilla's own positions have a top-1 - top-2 gap that small, median "
+                 f"{d['median_vanilla_gap']:.3f})")
+    return text
 
-    def greedy(method, g):
-        text = f"{method} equal to vanilla on {g['identical_prompts']}/{g['prompts']} prompts"
-        d = g.get("first_difference")
-        if d:
-            shares = ", ".join(f"{x:.0%}" for x in d["share_of_vanilla_gaps_at_most_margin"])
-            text += (f" (they part where vanilla's top-1 led the chosen token by "
-                     f"{', '.join(f'{x:.3f}' for x in d['margins'])} in logit; {shares} of "
-                     "vanilla's own positions have a top-1 - top-2 gap that small, median "
-                     f"{d['median_vanilla_gap']:.3f})")
-        return text
-    c = r["cost_curve"]
-    rel = dict(zip(c["ns"], c["relative"]))
-    ms = dict(zip(c["ns"], c["median_ms"]))
-    shown_ns = [n for n in (1, 2, 8, 16, 32, 64) if n in rel]
-    flat, flat_small = cheap_until(c), cheap_until(f.json(COST))
-    return title + [
-        r["what"], "",
+
+def _rehearsal_machine(r: dict) -> str:
+    """The rehearsal's machine, its model (shape, build and save) and the features it dumped."""
+    m = r["model"]
+    return (
         f"Machine: {r['machine']['cpu']} (family/model {r['machine'].get('cpu_family_model', '?')}; "
         f"{', '.join(r['machine'].get('cpu_features', [])) or 'no listed features'}), "
         f"{r['machine']['threads']} threads. "
@@ -497,7 +480,43 @@ def rehearsal_section(f: Files) -> list[str]:
         f"{m['shape']['hidden_size']}, vocabulary {m['shape']['vocab_size']:,}), {m['dtype']}, "
         f"built in {m['build_seconds']:.0f} s and saved in {m['save_seconds']:.0f} s "
         f"({m['bytes'] / 1e9:.1f} GB). Features dumped: "
-        + ", ".join(f"{k} {v['tokens']:,} tokens" for k, v in r["features"].items()) + ".", "",
+        + ", ".join(f"{k} {v['tokens']:,} tokens" for k, v in r["features"].items()) + ".")
+
+
+def _rehearsal_cost_curve(f: Files, r: dict) -> str:
+    """The 7B-shaped cost curve c(n)/c(1), and how far it stays cheap beside the 135M target's."""
+    c, m = r["cost_curve"], r["model"]
+    rel = dict(zip(c["ns"], c["relative"]))
+    ms = dict(zip(c["ns"], c["median_ms"]))
+    shown_ns = [n for n in (1, 2, 8, 16, 32, 64) if n in rel]
+    flat, flat_small = cheap_until(c), cheap_until(f.json(COST))
+    return (
+        f"**Cost curve** after a {c['prefix_len']}-token prefix, median of {c['repeats']}: "
+        + ", ".join(f"c({n}) {ms[n]:,.0f} ms" for n in shown_ns[:1])
+        + "; c(n)/c(1) " + ", ".join(f"n={n}: {rel[n]:.2f}" for n in shown_ns[1:])
+        + f". Up to n = {flat} c(n)/c(1) stays under {CHEAP}: a forward of that many tokens reads "
+        f"the same {m['bytes'] / 1e9:.1f} GB of weights as a forward of one and costs about as much "
+        "(memory-bound); "
+        f"beyond it the arithmetic shows. The 135M target's fp32 curve at the top of this file "
+        f"stays under {CHEAP} only up to n = {flat_small}.")
+
+
+def rehearsal_section(f: Files) -> list[str]:
+    """`rehearse` at Vicuna-7B shape: each step's time and peak RSS beside `training_plan`."""
+    title = ["## The 7B dress rehearsal (measured, random weights)", ""]
+    if not f.path(REHEARSAL).exists():
+        return title + ["Not run yet: `python -m eagle_mini rehearse` on a CPU with bf16 units "
+                        f"(avx512_bf16 or amx_bf16) writes `{RESULTS}/{REHEARSAL}`.", ""]
+    r = f.json(REHEARSAL)
+    rows = [[f"`{name}`", f"{s['seconds']:,.0f}", f"{s['peak_rss_gb']:.1f}",
+             f"{s['predicted_gb']:.1f}", f"{s['rss_minus_predicted_gb']:+.1f}"]
+            for name, s in r["steps"].items()]
+    resume = "; ".join(
+        f"{k}: {'identical' if v['identical'] else 'NOT identical'} ({v['tensors']} tensors, "
+        f"largest difference {v['max_abs_difference']:.1g}, checkpoint in {v['checkpoint_dtype']})"
+        for k, v in r["resume"].items())
+    return title + [
+        r["what"], "", _rehearsal_machine(r), "",
         *table(["step", "seconds", "peak RSS (GB)", "training_plan (GB)", "RSS - plan (GB)"], rows),
         "",
         f"`training_plan` counts the target in bf16, plus the head with fp32 AdamW in `train-head` "
@@ -510,18 +529,11 @@ def rehearsal_section(f: Files) -> list[str]:
         f"then the same command; against an uninterrupted run): {resume}.", "",
         "**Greedy decoding** (" f"{r['sizes']['gen_prompts']} MT-bench prompts, "
         f"{r['sizes']['gen_tokens']} new tokens, bf16): "
-        + "; ".join(greedy(k, g) for k, g in r["greedy"].items()) + "."
+        + "; ".join(_rehearsal_greedy(k, g) for k, g in r["greedy"].items()) + "."
         + ("" if all(g["identical_prompts"] == g["prompts"] for g in r["greedy"].values()) else
            " In bf16 a forward of many tokens rounds differently from a forward of one, so greedy "
            "texts part at near-ties of the logits, as in the bf16 bench above."), "",
-        f"**Cost curve** after a {c['prefix_len']}-token prefix, median of {c['repeats']}: "
-        + ", ".join(f"c({n}) {ms[n]:,.0f} ms" for n in shown_ns[:1])
-        + "; c(n)/c(1) " + ", ".join(f"n={n}: {rel[n]:.2f}" for n in shown_ns[1:])
-        + f". Up to n = {flat} c(n)/c(1) stays under {CHEAP}: a forward of that many tokens reads "
-        f"the same {m['bytes'] / 1e9:.1f} GB of weights as a forward of one and costs about as much "
-        "(memory-bound); "
-        f"beyond it the arithmetic shows. The 135M target's fp32 curve at the top of this file "
-        f"stays under {CHEAP} only up to n = {flat_small}.", "",
+        _rehearsal_cost_curve(f, r), "",
         f"**Export** in the authors' layouts: " + "; ".join(
             f"{k}: {', '.join(files)}" for k, files in r["export"].items()) + ".", "",
         source(REHEARSAL, r), ""]

@@ -74,9 +74,9 @@ def validation_features(target, n: int, max_len: int, split: str = "validation",
 def featurizer(target, dtype: str):
     """The target itself, or a copy of it in `dtype` that makes the streamed training features.
 
-    On the course's CPU a bf16 copy featurizes SmolLM2-135M ~3x faster than fp32 (AMX); its
-    features differ from fp32 ones by ~0.02 on average (the training noise is U(-0.1, 0.1)) and
-    give the same argmax at 98.5-99.3% of assistant tokens (`scripts/probe_training_speed.py`,
+    On a CPU with bf16 units (AMX) a bf16 copy featurizes faster than fp32; its features differ
+    from fp32 ones by less than the training noise (`noise`) and give the same argmax at nearly
+    every assistant token (measured by `scripts/probe_training_speed.py`; see the head's
     EXPERIMENTS.md). Validation, evaluation and decoding keep the target's own dtype."""
     from transformers import AutoModelForCausalLM
     from eagle_mini.models import _dtype
@@ -135,39 +135,31 @@ def training_head(args, target):
     return head.float(), {}
 
 
-def train_command(args, target, log=print) -> dict:
-    """Build or continue a head, train it, export it (bf16) with its metrics."""
-    if getattr(args, "mix_sharegpt", None) and not getattr(args, "regenerated", None):
-        raise EagleMiniError("--mix-sharegpt goes with --regenerated: it mixes ShareGPT's own "
-                             "replies into the target's")
-    args.mixed_precision, args.feature_dtype = resolve_precision(args, target.device.type, log)
+def _train_config(args, target, log) -> TrainConfig:
+    """The trainer's settings from the command's arguments; the learning rate from
+    `default_lr` when `--lr` is not given."""
     lr = args.lr
     if lr is None:
         lr = default_lr(target.hidden_size)
         log(f"lr {lr:.2g} for hidden size {target.hidden_size} (training.train.default_lr; "
             "--lr sets it)")
-    cfg = TrainConfig(lr=lr, steps=args.steps, warmup_steps=args.warmup,
-                      batch_tokens=args.batch_tokens, max_len=args.max_len, seed=args.seed,
-                      ckpt_every=args.ckpt_every, log_every=args.log_every,
-                      eval_every=args.eval_every, ce_vocab=args.ce_vocab,
-                      unroll=getattr(args, "unroll", None),
-                      unroll_decay=getattr(args, "unroll_decay", 0.8),
-                      mixed_precision=getattr(args, "mixed_precision", "no"),
-                      feature_dtype=getattr(args, "feature_dtype", None) or "")
-    work = Path(args.work or Path("runs") / Path(args.out).name)
-    head, prior = training_head(args, target)
-    layers = getattr(head, "aux_layers", None)
-    if cfg.unroll is None:
-        cfg.unroll = 7 if layers else 1   # EAGLE-3's 7 unrolled steps; EAGLE-1's single step
-    for p in target.model.parameters():
-        p.requires_grad_(False)
-    vocab_ids = None
-    if cfg.ce_vocab:
-        vocab_ids = torch.tensor(frequent_tokens(target, cfg.ce_vocab), device=target.device)
-    start = args.start if args.start is not None else prior.get("next_train_record", 0)
+    return TrainConfig(lr=lr, steps=args.steps, warmup_steps=args.warmup,
+                       batch_tokens=args.batch_tokens, max_len=args.max_len, seed=args.seed,
+                       ckpt_every=args.ckpt_every, log_every=args.log_every,
+                       eval_every=args.eval_every, ce_vocab=args.ce_vocab,
+                       unroll=getattr(args, "unroll", None),
+                       unroll_decay=getattr(args, "unroll_decay", 0.8),
+                       mixed_precision=getattr(args, "mixed_precision", "no"),
+                       feature_dtype=getattr(args, "feature_dtype", None) or "")
+
+
+def _training_source(args, target, cfg: TrainConfig, layers, start: int, prior: dict):
+    """Where the batches come from: dumped features, or the target streaming ShareGPT's train
+    split (or its target-regenerated replies), optionally mixed with ShareGPT's own replies.
+    Returns (source, the regenerate command or None, the mixed stream's first record or None)."""
     if args.features and getattr(args, "regenerated", None):
         raise EagleMiniError("--regenerated goes with --stream, not with --features")
-    regenerated, mix = None, getattr(args, "mix_sharegpt", None)
+    regenerated, mix_start, mix = None, None, getattr(args, "mix_sharegpt", None)
     if args.features:
         from eagle_mini.training.features import FeatureDataset
         ds = FeatureDataset(args.features)
@@ -175,24 +167,27 @@ def train_command(args, target, log=print) -> dict:
         if layers and ds.manifest.get("layers") != list(layers):
             raise EagleMiniError(f"{args.features} holds no layers {list(layers)} for an EAGLE-3 "
                                  "head: dump them with `dump-features --eagle3`")
-        source = DumpSource(ds)
-    else:
-        feat, data = featurizer(target, cfg.feature_dtype), None
-        if getattr(args, "regenerated", None):
-            data, regenerated = regenerated_for(args.regenerated, target, feat, cfg.feature_dtype)
-        source = StreamingSource(feat, "train",
-                                 max_len=cfg.max_len, cursor=start, data=data,
-                                 wrap=getattr(args, "wrap", False), layers=layers)
-        if mix:
-            from eagle_mini.data import SPLITS
-            mix_start = prior.get("next_mix_record", data.written[-1] + 1 - SPLITS["train"][0])
-            source = MixedSource(StreamingSource(feat, "train", max_len=cfg.max_len,
-                                                 cursor=mix_start, wrap=getattr(args, "wrap", False),
-                                                 layers=layers), source, share=mix)
-    val = validation_features(target, args.eval_conversations, cfg.max_len, layers=layers)
-    result = train_head(head, target, source, work, cfg, stop_after=args.stop_after,
-                        evaluate_fn=lambda h: evaluate_head(h, val), vocab_ids=vocab_ids, log=log)
-    state = result["state"]
+        return DumpSource(ds), regenerated, mix_start
+    feat, data = featurizer(target, cfg.feature_dtype), None
+    if getattr(args, "regenerated", None):
+        data, regenerated = regenerated_for(args.regenerated, target, feat, cfg.feature_dtype)
+    source = StreamingSource(feat, "train",
+                             max_len=cfg.max_len, cursor=start, data=data,
+                             wrap=getattr(args, "wrap", False), layers=layers)
+    if mix:
+        from eagle_mini.data import SPLITS
+        mix_start = prior.get("next_mix_record", data.written[-1] + 1 - SPLITS["train"][0])
+        source = MixedSource(StreamingSource(feat, "train", max_len=cfg.max_len,
+                                             cursor=mix_start, wrap=getattr(args, "wrap", False),
+                                             layers=layers), source, share=mix)
+    return source, regenerated, mix_start
+
+
+def _training_meta(args, cfg: TrainConfig, prior: dict, result: dict, source, start: int,
+                   regenerated, mix_start) -> dict:
+    """The head's metadata: tokens and seconds over every finished round (this one added once its
+    schedule is done, with where its data came from) and where the streams continue."""
+    state, mix = result["state"], getattr(args, "mix_sharegpt", None)
     rounds = prior.get("rounds", []) + ([{
         "date": time.strftime("%Y-%m-%d"), "steps": state["step"], "tokens": state["tokens_seen"],
         "seconds": round(state["seconds"], 1), "config": asdict(cfg),
@@ -211,6 +206,33 @@ def train_command(args, target, log=print) -> dict:
         meta["next_mix_record"], meta["next_train_record"] = source.cursor
     elif not args.features:
         meta["next_train_record"] = source.cursor
+    return meta
+
+
+def train_command(args, target, log=print) -> dict:
+    """Build or continue a head, train it, export it (bf16) with its metrics."""
+    if getattr(args, "mix_sharegpt", None) and not getattr(args, "regenerated", None):
+        raise EagleMiniError("--mix-sharegpt goes with --regenerated: it mixes ShareGPT's own "
+                             "replies into the target's")
+    args.mixed_precision, args.feature_dtype = resolve_precision(args, target.device.type, log)
+    cfg = _train_config(args, target, log)
+    work = Path(args.work or Path("runs") / Path(args.out).name)
+    head, prior = training_head(args, target)
+    layers = getattr(head, "aux_layers", None)
+    if cfg.unroll is None:
+        cfg.unroll = 7 if layers else 1   # EAGLE-3's 7 unrolled steps; EAGLE-1's single step
+    for p in target.model.parameters():
+        p.requires_grad_(False)
+    vocab_ids = None
+    if cfg.ce_vocab:
+        vocab_ids = torch.tensor(frequent_tokens(target, cfg.ce_vocab), device=target.device)
+    start = args.start if args.start is not None else prior.get("next_train_record", 0)
+    source, regenerated, mix_start = _training_source(args, target, cfg, layers, start, prior)
+    val = validation_features(target, args.eval_conversations, cfg.max_len, layers=layers)
+    result = train_head(head, target, source, work, cfg, stop_after=args.stop_after,
+                        evaluate_fn=lambda h: evaluate_head(h, val), vocab_ids=vocab_ids, log=log)
+    state = result["state"]
+    meta = _training_meta(args, cfg, prior, result, source, start, regenerated, mix_start)
     if state["step"] >= cfg.steps:
         meta["rounds"][-1]["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
         head.save(args.out, extra=meta)

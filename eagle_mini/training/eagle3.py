@@ -5,7 +5,7 @@ make it robust to its own errors. EAGLE-3 drops the feature loss and trains draf
 runs it: step 0 reads the target's fused layers, step k reads the head's own output of step k-1,
 and every step is scored on the *token* it predicts,
 
-    L = sum_{k < K} 0.8^k * CE_k,    CE_k = softCE(p_target | draft vocab, p_draft at step k)
+    L = sum_{k < K} `0.8`^k * CE_k,    CE_k = softCE(p_target | draft vocab, p_draft at step k)
 
 averaged over assistant positions whose chain starts inside the sequence. The label of every step
 at position j is the target's next-token distribution there, restricted to the draft vocabulary

@@ -183,6 +183,46 @@ def _write_manifest(out: Path, manifest: dict, shards: dict) -> None:
     _write_atomic(out / "manifest.json", json.dumps(manifest, indent=1).encode())
 
 
+def _resume_dump(out: Path, manifest: dict, target) -> dict:
+    """The shards an earlier dump into `out` left that still verify, by index; refuses a dump of
+    another run. Unlisted files are deleted and the manifest rewritten (incomplete)."""
+    path = out / "manifest.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    was, now = _identity(old), _identity(manifest)
+    differ = [f"{k}: {was.get(k)!r} there, {now.get(k)!r} now" for k in {**was, **now}
+              if old and was.get(k) != now.get(k)]
+    if differ:
+        raise EagleMiniError(f"{out} holds features of another run (target {old.get('target')}; "
+                             f"{'; '.join(differ)}), not {target.name}'s: use another directory")
+    manifest.update(target=target.name, hidden_size=target.hidden_size, complete=False)
+    shards = {}
+    for entry in old.get("shards", []):
+        try:
+            _verify(out / entry["file"], entry)
+            shards[entry["first_example"] // manifest["shard_size"]] = entry
+        except EagleMiniError:
+            pass  # partial or corrupt: deleted below and redone
+    _remove_unlisted(out, shards)
+    _write_manifest(out, manifest, shards)
+    return shards
+
+
+def _write_shard(target, out: Path, k: int, shard_size: int, chunk: list, packed: dict,
+                 ids_hash: str, max_tokens_per_batch: int, bar, layers) -> dict:
+    """Compute shard k's features (and `layers`' hidden states), write it; its manifest entry."""
+    rows = compute_features(target, chunk, max_tokens_per_batch, progress=bar, layers=layers)
+    packed["features"] = torch.cat([r["features"] for r in rows])
+    if layers:
+        packed["layers"] = torch.cat([r["layers"] for r in rows])
+    data = save_tensors(packed, metadata={"first_example": str(k * shard_size)})
+    name = f"shard_{k:05d}.safetensors"
+    _write_atomic(out / name, data)
+    return {"file": name, "first_example": k * shard_size, "examples": len(chunk),
+            "tokens": len(packed["input_ids"]),
+            "loss_tokens": int(packed["loss_mask"].sum()), "bytes": len(data),
+            "sha256": _sha256(data), "examples_sha256": ids_hash}
+
+
 def dump_features(target, examples, out_dir, manifest_info: dict, shard_size: int = 256,
                   max_tokens_per_batch: int = 4096, max_shards: int | None = None,
                   progress: bool = True, layers=None) -> dict:
@@ -201,25 +241,7 @@ def dump_features(target, examples, out_dir, manifest_info: dict, shard_size: in
     manifest = {"format": FORMAT, "fingerprint": target_fingerprint(target),
                 "info": json.loads(json.dumps(manifest_info)), "shard_size": shard_size,
                 "dtype": "float16", **({"layers": list(layers)} if layers else {})}
-    path = out / "manifest.json"
-    old = json.loads(path.read_text()) if path.exists() else {}
-    was, now = _identity(old), _identity(manifest)
-    differ = [f"{k}: {was.get(k)!r} there, {now.get(k)!r} now" for k in {**was, **now}
-              if old and was.get(k) != now.get(k)]
-    if differ:
-        raise EagleMiniError(f"{out} holds features of another run (target {old.get('target')}; "
-                             f"{'; '.join(differ)}), not {target.name}'s: use another directory")
-    manifest.update(target=target.name, hidden_size=target.hidden_size, complete=False)
-    shards = {}
-    for entry in old.get("shards", []):
-        try:
-            _verify(out / entry["file"], entry)
-            shards[entry["first_example"] // shard_size] = entry
-        except EagleMiniError:
-            pass  # partial or corrupt: deleted below and redone
-    _remove_unlisted(out, shards)
-    _write_manifest(out, manifest, shards)
-
+    shards = _resume_dump(out, manifest, target)
     bar = tqdm(desc=f"features {out.name}", unit="tok", unit_scale=True, disable=not progress)
     it, k, written = iter(examples), 0, 0
     while max_shards is None or written < max_shards:
@@ -232,17 +254,8 @@ def dump_features(target, examples, out_dir, manifest_info: dict, shard_size: in
         packed = _pack(chunk)
         ids_hash = _sha256(b"".join(t.numpy().tobytes() for t in packed.values()))
         if k not in shards or shards[k]["examples_sha256"] != ids_hash:
-            rows = compute_features(target, chunk, max_tokens_per_batch, progress=bar, layers=layers)
-            packed["features"] = torch.cat([r["features"] for r in rows])
-            if layers:
-                packed["layers"] = torch.cat([r["layers"] for r in rows])
-            data = save_tensors(packed, metadata={"first_example": str(k * shard_size)})
-            name = f"shard_{k:05d}.safetensors"
-            _write_atomic(out / name, data)
-            shards[k] = {"file": name, "first_example": k * shard_size, "examples": len(chunk),
-                         "tokens": len(packed["input_ids"]),
-                         "loss_tokens": int(packed["loss_mask"].sum()), "bytes": len(data),
-                         "sha256": _sha256(data), "examples_sha256": ids_hash}
+            shards[k] = _write_shard(target, out, k, shard_size, chunk, packed, ids_hash,
+                                     max_tokens_per_batch, bar, layers)
             written += 1
             _write_manifest(out, manifest, shards)
         k += 1
@@ -315,7 +328,7 @@ def dump_command(target_name: str = "smollm2-135m", data: str = "sharegpt", spli
 
     Everything but `max_conversations` identifies the dump: a larger one extends it on a rerun.
     Conversations without assistant tokens (within `max_len`) teach the head nothing: not stored.
-    eagle3: also store the layers an EAGLE-3 head reads (`eagle3.aux_layers`), 3x the disk.
+    eagle3: also store the layers an EAGLE-3 head reads (`eagle3.aux_layers`), several times the disk.
     """
     if data != "sharegpt":
         raise EagleMiniError(f"unknown training data {data!r}; known: sharegpt")

@@ -2,12 +2,13 @@
 
 Loss at position i, where the head reads (f_i + noise, t_{i+1}) and predicts f'_{i+1}:
 
-    L = SmoothL1(f'_{i+1}, f_{i+1}) + 0.1 * softCE(softmax(lm_head(f_{i+1})), lm_head(f'_{i+1}))
+    L = SmoothL1(f'_{i+1}, f_{i+1}) + `0.1` * softCE(softmax(lm_head(f_{i+1})), lm_head(f'_{i+1}))
 
 averaged over positions whose token is an assistant token (loss mask). The classification part is
 a *soft* cross-entropy against the target's whole next-token distribution, not a one-hot label.
-U(-0.1, 0.1) noise on the input features makes the head robust to its own prediction errors. AdamW
-with betas (0.9, 0.95), linear warm-up, gradient clipping by value 0.5.
+`U(-0.1, 0.1)` noise on the input features makes the head robust to its own prediction errors.
+AdamW with betas `(0.9, 0.95)`, linear warm-up, gradient clipping by value `0.5`: the paper's
+settings.
 
 Two data sources feed the same loop: stored features (`features.FeatureDataset`, the paper's
 offline way and the GPU/7B path) and *streaming* features computed by the target on the fly from
@@ -44,7 +45,7 @@ def default_lr(hidden_size: int) -> float:
     """`train-head`'s learning rate when `--lr` is not given: the rate tuned on the 135M target,
     scaled by TUNED_WIDTH / hidden_size for wider targets, Adam's rule for a hidden matrix as the
     width grows (muP, Yang et al. 2022). At a 7B's width 4096 this gives 4.2e-4; the 7B rehearsal
-    diverged at the 135M rate (loss 1.6 -> 699 in 4 steps) and trained at 3e-4. Narrower targets
+    diverged at the 135M rate and trained at 3e-4 (tooling/rehearsal.py, `Sizes.lr`). Narrower targets
     (the tests' tiny models) keep the tuned rate: nothing was tried above it.
 
     >>> default_lr(576), round(default_lr(4096), 6), default_lr(64)
@@ -66,7 +67,7 @@ class TrainConfig:
     w_cls: float = 0.1
     unroll: int = 1             # >1: also train draft steps 1..unroll-1 on the head's own output
     #                             (EAGLE-3 heads: the training-time test's number of steps)
-    unroll_decay: float = 0.8   # weight of step k: unroll_decay ** k (EAGLE-3's 0.8)
+    unroll_decay: float = 0.8   # weight of step k: unroll_decay ** k (EAGLE-3's `0.8`)
     mixed_precision: str = "no"  # "bf16": the head's forward/backward under torch.autocast
     feature_dtype: str = ""     # streaming: featurize with a copy of the target in this dtype
     batch_tokens: int = 4096    # tokens per optimizer step (conversations packed up to this)
@@ -199,6 +200,73 @@ def _atomic_save(obj, path: Path):
     tmp.replace(path)
 
 
+def _optimizer(head, cfg: TrainConfig):
+    """(trainable parameters, AdamW over them, its warm-up + cosine schedule `lr_lambda`)."""
+    params = [p for p in head.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas),
+                                  weight_decay=cfg.weight_decay)
+    return params, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+
+
+def _resume(ckpt: Path, head, optimizer, scheduler, noise_gen, source, log) -> dict:
+    """Load a checkpoint (`save_checkpoint`) back into the head, optimizer, schedule, random
+    generators and data position; the run's state (step, tokens seen, seconds)."""
+    saved = torch.load(ckpt, weights_only=True)
+    head.load_state_dict(saved["head"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    noise_gen.set_state(saved["noise_rng"])
+    torch.set_rng_state(saved["torch_rng"])
+    source.cursor = saved["cursor"]
+    state = saved["state"]
+    log(f"resumed from {ckpt} at step {state['step']}")
+    return state
+
+
+def _keep_log_until(log_path: Path, step: int) -> None:
+    """Keep only what the checkpoint has seen: the resumed run rewrites the rest."""
+    if log_path.exists():
+        rows = [r for r in log_path.read_text().splitlines() if json.loads(r)["step"] <= step]
+        log_path.write_text("".join(r + "\n" for r in rows))
+
+
+def _optimizer_step(model, optimizer, scheduler, params, source, accelerator, cfg: TrainConfig,
+                    amp, eagle3: bool):
+    """One optimizer step on the next batch of `source`: (its examples, the loss's parts)."""
+    # every process advances the data position alike and featurizes only its own share (DDP)
+    shares = [source.take(cfg.batch_tokens) for _ in range(accelerator.num_processes)]
+    examples = source.materialize(shares[accelerator.process_index])
+    ids, feats, mask = pad_batch(examples, accelerator.device)
+    layers = pad_layers(examples, accelerator.device) if eagle3 else None
+    model.train()
+    with torch.autocast(accelerator.device.type, dtype=amp, enabled=amp is not None):
+        # weights, gradients and AdamW stay fp32; matmuls run in `amp`
+        loss, parts = model(ids, feats, mask, layers)
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    accelerator.clip_grad_value_(params, cfg.grad_clip_value)
+    optimizer.step()
+    scheduler.step()
+    return examples, parts
+
+
+def _report_step(row: dict, parts: dict, state: dict, bar, log_path: Path, main: bool,
+                 cfg: TrainConfig, log) -> None:
+    """A step's row into log.jsonl, its loss and token rate on the bar, and every log_every
+    steps a printed line (logs from the main process only)."""
+    if main:
+        with log_path.open("a") as fh:
+            fh.write(results_json(row, indent=None))
+    tok_s = state["tokens_seen"] / max(state["seconds"], 1e-9)
+    bar.set_postfix(loss=f"{parts['loss']:.4f}", tok_s=f"{tok_s:.0f}", refresh=False)
+    bar.update()
+    if main and (state["step"] % cfg.log_every == 0 or state["step"] == 1):
+        with tqdm.external_write_mode():  # lift the bar off the terminal while `log` prints
+            shown = "  ".join(f"{k} {parts[k]:.4f}" for k in ("loss", "reg", "cls", "top1")
+                              if k in parts)
+            log(f"step {state['step']:5d}  {shown}  lr {row['lr']:.2e}  {tok_s:.0f} tok/s")
+
+
 def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int | None = None,
                evaluate_fn=None, vocab_ids=None, log=print, progress: bool = True) -> dict:
     """Train `head` (attached to `target`) on batches from `source`; resumable from out_dir/ckpt.
@@ -214,49 +282,24 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
     # torch's autocast, not accelerate's mixed_precision: accelerate fixes that once per process,
     # and a notebook or a test suite trains several heads in one process
     amp = {"no": None, "bf16": torch.bfloat16}[cfg.mixed_precision]
-    params = [p for p in head.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas),
-                                  weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+    params, optimizer, scheduler = _optimizer(head, cfg)
     noise_gen = torch.Generator().manual_seed(cfg.seed)
     state = {"step": 0, "tokens_seen": 0, "seconds": 0.0}
     ckpt = out / "ckpt" / "state.pt"
     if ckpt.exists():
-        saved = torch.load(ckpt, weights_only=True)
-        head.load_state_dict(saved["head"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        noise_gen.set_state(saved["noise_rng"])
-        torch.set_rng_state(saved["torch_rng"])
-        source.cursor = saved["cursor"]
-        state = saved["state"]
-        log(f"resumed from {ckpt} at step {state['step']}")
+        state = _resume(ckpt, head, optimizer, scheduler, noise_gen, source, log)
     eagle3 = getattr(head, "kind", "eagle1") == "eagle3"
     model, optimizer = accelerator.prepare(Objective(head, cfg, vocab_ids, noise_gen), optimizer)
     log_path = out / "log.jsonl"
-    if log_path.exists():  # keep only what the checkpoint has seen: the resumed run rewrites the rest
-        rows = [r for r in log_path.read_text().splitlines() if json.loads(r)["step"] <= state["step"]]
-        log_path.write_text("".join(r + "\n" for r in rows))
+    _keep_log_until(log_path, state["step"])
     start_step, t0 = state["step"], time.perf_counter()
     metrics, evaluated_at = {}, None
     end_step = cfg.steps if stop_after is None else min(cfg.steps, start_step + stop_after)
     bar = tqdm(total=end_step, initial=start_step, desc="train-head", unit="step",
                disable=not (progress and accelerator.is_main_process))
     while state["step"] < cfg.steps and (stop_after is None or state["step"] - start_step < stop_after):
-        # every process advances the data position alike and featurizes only its own share (DDP)
-        shares = [source.take(cfg.batch_tokens) for _ in range(accelerator.num_processes)]
-        examples = source.materialize(shares[accelerator.process_index])
-        ids, feats, mask = pad_batch(examples, accelerator.device)
-        layers = pad_layers(examples, accelerator.device) if eagle3 else None
-        model.train()
-        with torch.autocast(accelerator.device.type, dtype=amp, enabled=amp is not None):
-            # weights, gradients and AdamW stay fp32; matmuls run in `amp`
-            loss, parts = model(ids, feats, mask, layers)
-        optimizer.zero_grad()
-        accelerator.backward(loss)
-        accelerator.clip_grad_value_(params, cfg.grad_clip_value)
-        optimizer.step()
-        scheduler.step()
+        examples, parts = _optimizer_step(model, optimizer, scheduler, params, source,
+                                          accelerator, cfg, amp, eagle3)
         state["step"] += 1
         state["tokens_seen"] += sum(len(e["input_ids"]) for e in examples)
         state["seconds"] += time.perf_counter() - t0
@@ -268,17 +311,7 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
             row["eval"] = metrics = evaluate_fn(accelerator.unwrap_model(model).head)
             evaluated_at = state["step"]
         main = accelerator.is_main_process  # one writer for logs and checkpoints
-        if main:
-            with log_path.open("a") as fh:
-                fh.write(results_json(row, indent=None))
-        tok_s = state["tokens_seen"] / max(state["seconds"], 1e-9)
-        bar.set_postfix(loss=f"{parts['loss']:.4f}", tok_s=f"{tok_s:.0f}", refresh=False)
-        bar.update()
-        if main and (state["step"] % cfg.log_every == 0 or state["step"] == 1):
-            with tqdm.external_write_mode():  # lift the bar off the terminal while `log` prints
-                shown = "  ".join(f"{k} {parts[k]:.4f}" for k in ("loss", "reg", "cls", "top1")
-                                  if k in parts)
-                log(f"step {state['step']:5d}  {shown}  lr {row['lr']:.2e}  {tok_s:.0f} tok/s")
+        _report_step(row, parts, state, bar, log_path, main, cfg, log)
         if main and (state["step"] % cfg.ckpt_every == 0 or state["step"] == cfg.steps):
             save_checkpoint(accelerator.unwrap_model(model).head, optimizer, scheduler, noise_gen,
                             source.cursor, state, cfg, ckpt)
