@@ -30,6 +30,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from eagle_mini.heads import HEAD_KINDS
+from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
+from eagle_mini.methods import EAGLE2, EAGLE3, VANILLA, method
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.results import machine_info, results_json
 
@@ -37,8 +40,8 @@ DONOR = "smollm2-135m"   # lends its tokenizer, chat template and special-token 
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
         "num_attention_heads": 4, "num_key_value_heads": 4}   # for tests: the whole path, small
 BUDGET_GB = 24 * 2**30 / 1e9   # the machine a GPU user rents: `24` GiB
-KINDS = ("eagle1", "eagle3")
-METHODS = ("vanilla", "eagle2", "eagle3")
+KINDS = HEAD_KINDS
+METHODS = (VANILLA, EAGLE2, EAGLE3)
 
 
 def configs() -> tuple[str, ...]:
@@ -189,20 +192,20 @@ def first_differences(model_dir, dtype: str, generations: dict) -> dict:
     from eagle_mini.models import load_target
     from eagle_mini.measure.bench import first_difference_margins, vanilla_top2_gaps
     target = load_target(str(model_dir), dtype=dtype)
-    prompts, vanilla = generations["prompt_ids"], generations["vanilla"]
+    prompts, vanilla = generations["prompt_ids"], generations[VANILLA]
     gaps = vanilla_top2_gaps(target, prompts, vanilla)
     return {m: first_difference_margins(target, prompts, outs, vanilla, gaps)
-            for m, outs in generations.items() if m not in ("prompt_ids", "vanilla")}
+            for m, outs in generations.items() if m not in ("prompt_ids", VANILLA)}
 
 
 def greedy_summary(generations: dict) -> dict:
     """Per EAGLE method: prompts whose greedy output equals vanilla's, and the share of vanilla's
     tokens produced before the first difference."""
     from eagle_mini.measure.bench import _common_prefix
-    vanilla = generations["vanilla"]
+    vanilla = generations[VANILLA]
     out = {}
     for m, outs in generations.items():
-        if m in ("prompt_ids", "vanilla"):
+        if m in ("prompt_ids", VANILLA):
             continue
         out[m] = {"identical_prompts": sum(a == b for a, b in zip(outs, vanilla)),
                   "prompts": len(vanilla),
@@ -227,11 +230,11 @@ def _head_steps(step, root: Path, kind: str, load: list, size: Sizes, seed: int)
     feats, head = root / f"features_{kind}", root / f"train_{kind}" / "head"
     step(f"dump_{kind}", [*cli, "dump-features", *load, "--max-conversations",
                           size.conversations, "--max-len", size.max_len, "--out", feats,
-                          *(["--eagle3"] if kind == "eagle3" else [])])
+                          *(["--eagle3"] if kind == EAGLE3_KIND else [])])
     train = [*cli, "train-head", *load, "--features", feats, "--kind", kind, "--steps",
              size.steps, "--warmup", 0, "--lr", size.lr, "--batch-tokens", 1,
              "--max-len", size.max_len, "--eval-conversations", 1, "--seed", seed,
-             *(["--draft-vocab", size.draft_vocab] if kind == "eagle3" and size.draft_vocab
+             *(["--draft-vocab", size.draft_vocab] if kind == EAGLE3_KIND and size.draft_vocab
                else [])]
     for name, run in (("stopped", f"train_{kind}"), ("resumed", f"train_{kind}"),
                       ("uninterrupted", f"train_{kind}_uninterrupted")):
@@ -255,8 +258,8 @@ def _generate_steps(step, root: Path, load: list, size: Sizes) -> dict:
     generations = {m: [] for m in ("prompt_ids", *METHODS)}
     for i, prompt in enumerate(prompts):
         for m in METHODS:
-            heads = [] if m == "vanilla" else [
-                "--head", root / f"train_{'eagle3' if m == 'eagle3' else 'eagle1'}" / "head"]
+            heads = [] if m == VANILLA else [
+                "--head", root / f"train_{method(m).head}" / "head"]
             step(f"generate_{m}_{i}", [*cli, "generate", *load, "--prompt", prompt, "--method", m,
                                        *heads, "--max-new-tokens", size.gen_tokens, "--json"])
             gen = json.loads((root / "logs" / f"generate_{m}_{i}.out").read_text())
@@ -280,7 +283,7 @@ def _plan_steps(root: Path, shape: dict, size: Sizes, steps: dict) -> tuple[dict
     tokens = {k: json.loads((root / f"features_{k}" / "manifest.json").read_text())["counts"]
               for k in KINDS}
     plan = {k: training_plan(shape, tokens[k]["tokens"], kind=k,
-                             draft_vocab=(size.draft_vocab or None) if k == "eagle3" else None)
+                             draft_vocab=(size.draft_vocab or None) if k == EAGLE3_KIND else None)
             for k in KINDS}
     for name, s in steps.items():
         kind = next((k for k in KINDS if name.startswith(f"train_{k}")), None)

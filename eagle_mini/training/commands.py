@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from eagle_mini.heads import head_kind
+from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.training.features import target_fingerprint
 from eagle_mini.heads.eagle1 import new_head
@@ -247,7 +249,7 @@ def train_command(args, target, log=print) -> dict:
 def write_card(out: Path, target_name: str, head, meta: dict) -> None:
     """README.md of a head: what it is, every training round with its command and metrics."""
     params = sum(p.numel() for p in head.parameters() if p.requires_grad)
-    if getattr(head, "kind", "eagle1") == "eagle3":
+    if head_kind(head) == EAGLE3_KIND:
         own = ("an lm_head frozen at the target's rows (`--lm-head-init frozen`)"
                if head.lm_head_frozen else "its own lm_head")
         what = (f"# EAGLE-3 draft head for {target_name}", f"fc 3H -> H over the hidden states "
@@ -350,7 +352,7 @@ def training_plan(config: dict, tokens: int, feature_bytes: int = 2, kind: str =
     attn = h * h * 2 + 2 * h * kv_width
     layer = attn + 3 * h * i + 2 * h
     target_params = config["num_hidden_layers"] * layer + 2 * v * h + h
-    if kind == "eagle3":
+    if kind == EAGLE3_KIND:
         attn3 = 2 * h * (h + 2 * kv_width) + h * h   # q, k, v read 2H; o writes H
         head_params = 3 * h * h + attn3 + 3 * h * i + 4 * h + h * (draft_vocab or v)
         width = 4 * h

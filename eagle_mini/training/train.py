@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from eagle_mini.heads import head_kind
+from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.results import results_json
 from eagle_mini.training.chains import (chain_acceptance, loss_mask_positions, reading_ids,  # noqa: F401
@@ -162,7 +164,7 @@ class Objective(torch.nn.Module):
 
     def forward(self, ids, feats, mask, layers=None):
         cfg = self.cfg
-        if getattr(self.head, "kind", "eagle1") == "eagle3":
+        if head_kind(self.head) == EAGLE3_KIND:
             from eagle_mini.training.eagle3 import ttt_loss
             return ttt_loss(self.head, layers, feats, ids, mask, cfg.unroll, cfg.unroll_decay)
         return eagle_loss(self.head, feats, ids, mask, cfg.noise, cfg.w_cls, self.vocab_ids,
@@ -288,7 +290,7 @@ def train_head(head, target, source, out_dir, cfg: TrainConfig, stop_after: int 
     ckpt = out / "ckpt" / "state.pt"
     if ckpt.exists():
         state = _resume(ckpt, head, optimizer, scheduler, noise_gen, source, log)
-    eagle3 = getattr(head, "kind", "eagle1") == "eagle3"
+    eagle3 = head_kind(head) == EAGLE3_KIND
     model, optimizer = accelerator.prepare(Objective(head, cfg, vocab_ids, noise_gen), optimizer)
     log_path = out / "log.jsonl"
     _keep_log_until(log_path, state["step"])
@@ -362,7 +364,7 @@ def acceptance_counts(head, examples_with_features, steps: int = 4, token_shift:
     An EAGLE-3 head reads each example's `layers`; its draft ids map to target ids, so top-1 is
     over the full vocabulary."""
     out = []
-    eagle3 = getattr(head, "kind", "eagle1") == "eagle3"
+    eagle3 = head_kind(head) == EAGLE3_KIND
     for e in examples_with_features:
         ids = torch.as_tensor(e["input_ids"])[None]
         f = e["features"].float()[None]
