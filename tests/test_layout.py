@@ -154,12 +154,50 @@ def test_models_imports_no_measurement_experiment_or_tooling():
                 if m.startswith(("eagle_mini.measure", "eagle_mini.experiments", "eagle_mini.tooling"))}
 
 
+CLI_MODULES = sorted((PACKAGE / "cli").glob("*.py"))
+
+
 def test_the_cli_defines_no_decoding_helper():
-    tree = ast.parse((PACKAGE / "cli.py").read_text())
-    calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
-             for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    assert not calls & {"forward", "generate", "generate_vanilla", "draft", "verify_greedy"}
-    assert not any(isinstance(n, ast.FunctionDef) and n.name == "run_method" for n in tree.body)
+    assert {p.stem for p in CLI_MODULES} >= {"__init__", "common", "decode", "heads"}
+    for path in CLI_MODULES:
+        tree = ast.parse(path.read_text())
+        calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+                 for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        assert not calls & {"forward", "generate", "generate_vanilla", "draft", "verify_greedy"}, path
+        assert not any(isinstance(n, ast.FunctionDef) and n.name == "run_method"
+                       for n in tree.body), path
+
+
+def long_functions(path: pathlib.Path, limit: int) -> list[str]:
+    """Functions of a file longer than `limit` lines, from the `def` line to the body's last."""
+    return [f"{path.name}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.end_lineno - n.lineno + 1 > limit]
+
+
+def test_no_cli_function_is_longer_than_60_lines(tmp_path):
+    assert [f for p in CLI_MODULES for f in long_functions(p, 60)] == []
+    planted = tmp_path / "long.py"
+    planted.write_text("def f():\n" + "    x = 1\n" * 60)
+    assert long_functions(planted, 60) == ["long.py:1 f (61 lines)"]
+
+
+def test_only_the_cli_imports_argparse():
+    users = [name for name, path in modules().items()
+             if not name.startswith("eagle_mini.cli") and "argparse" in imported_names(path)]
+    assert users == []
+
+
+def imported_names(path: pathlib.Path) -> set[str]:
+    """Every module name a file imports (standard library included), anywhere in it."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
 
 
 def test_public_api_is_short_and_complete():

@@ -18,7 +18,6 @@ dtypes, survives a resume and what it costs; not what a trained head accepts.
 
     >>> rehearse("tiny", "runs/rehearsal_tiny", "rehearsal_tiny.json", threads=1)  # doctest: +SKIP
 """
-import argparse
 import json
 import os
 import resource
@@ -328,38 +327,13 @@ def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
     return result
 
 
-def main(argv=None) -> int:
-    """The rehearsal's own steps, run as child processes so that they are measured alike."""
-    p = argparse.ArgumentParser(prog=f"python -m {__name__}")
-    sub = p.add_subparsers(dest="step", required=True)
-    b = sub.add_parser("build", help="build the random model once (kept when complete)")
-    b.add_argument("--config", required=True, choices=configs())
-    b.add_argument("--dir", required=True)
-    b.add_argument("--seed", type=int, default=0)
-    f = sub.add_parser("first-difference", help="logit gaps where greedy EAGLE parts from vanilla")
-    f.add_argument("--model", required=True)
-    f.add_argument("--dtype", default="bf16")
-    f.add_argument("--generations", required=True)
-    f.add_argument("--out", required=True)
-    for s in (b, f):
-        s.add_argument("--threads", type=int, default=None)
-    args = p.parse_args(argv)
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
-    try:
-        if args.step == "build":
-            info = build_model(args.config, args.dir, args.seed)
-            print(f"{args.dir}: {info['parameters']:,} parameters, "
-                  f"fingerprint {info['fingerprint']}")
-        else:
-            gens = json.loads(Path(args.generations).read_text())
-            Path(args.out).write_text(results_json(first_differences(args.model, args.dtype, gens)))
-    except EagleMiniError as e:
-        print(f"eagle-mini: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+def main(argv=None):
+    """`python -m eagle_mini.tooling.rehearsal STEP ...`, how `rehearse` runs its own steps as
+    child processes (measured alike): this process becomes `python -m eagle_mini rehearse-step
+    STEP ...`, the command line's, which parses the options (same process, so `os.wait4` sees it)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    os.execv(sys.executable, [sys.executable, "-m", "eagle_mini", "rehearse-step", *map(str, argv)])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
