@@ -3,7 +3,7 @@ assignments (release, grade) and test-browser."""
 import json
 from pathlib import Path
 
-from eagle_mini.cli.common import command_line, positive_int
+from eagle_mini.cli.common import Parser, command_line, positive_int
 from eagle_mini.errors import EagleMiniError
 
 
@@ -56,7 +56,6 @@ def cmd_rehearse(args):
 def add_rehearse_step(sub):
     """The rehearsal's own steps, run by `rehearse` as child processes so that they are measured
     alike (`python -m eagle_mini.tooling.rehearsal STEP ...` runs this command)."""
-    from eagle_mini.cli.common import Parser
     from eagle_mini.tooling.rehearsal import configs
     r = sub.add_parser("rehearse-step", help="one of rehearse's own steps (build, first-difference)")
     steps = r.add_subparsers(dest="step", required=True, parser_class=Parser)
@@ -89,7 +88,6 @@ def cmd_rehearse_step(args):
 
 
 def add_assignments(sub):
-    from eagle_mini.cli.common import Parser
     from eagle_mini.course.assignments import RELEASE, STUDENT
     a = sub.add_parser("assignments", help="release and autograde the assignments and the "
                                            "numbered notebooks' exercises (nbgrader)")
