@@ -38,17 +38,17 @@ endif
 # the first slider moves (or the first button is clicked) and the outputs must change. Installs
 # Debian's chromium + chromium-driver when missing (as root); screenshots in runs/browser/.
 test-browser: $(STAMP)
-	$(PY) -m eagle_mini.tooling.browser
+	$(PY) -m eagle_mini test-browser
 
 # Student editions (solutions and hidden tests stripped) of notebooks/assignments/source/* in
 # notebooks/assignments/release/, and of every numbered notebook in notebooks/student/.
 assignments: $(STAMP)
-	$(PY) -m eagle_mini.course.assignments release
+	$(PY) -m eagle_mini assignments release
 
 # Autograde one submitted notebook, an assignment or a numbered notebook, with the hidden tests:
 # points per exercise and the total.
 grade: $(STAMP)
-	$(PY) -m eagle_mini.course.assignments grade "$(SUBMISSION)"
+	$(PY) -m eagle_mini assignments grade "$(SUBMISSION)"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -16,6 +16,7 @@ import sys
 import torch
 
 from eagle_mini.cli import build_parser, load
+from eagle_mini.cli.heads import train_head_command
 from eagle_mini.training.commands import training_head
 
 
@@ -32,7 +33,7 @@ def main():
     if train_args.command != "train-head":
         sys.exit("after -- comes the run's train-head command line")
     target = load(train_args)
-    head, prior = training_head(train_args, target)
+    head, prior = training_head(train_head_command(train_args), target)
     saved = torch.load(args.state, weights_only=True)
     head.load_state_dict(saved["head"])
     state = saved["state"]

@@ -12,7 +12,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from eagle_mini.course.assignments import (RELEASE, SOURCE, STUDENT, grade, grade_ids, main,
+from eagle_mini.cli import main
+from eagle_mini.course.assignments import (RELEASE, SOURCE, STUDENT, grade, grade_ids,
                                            random_choices, release, source_notebooks)
 from eagle_mini.tree import from_choices
 
@@ -208,6 +209,6 @@ UNGRADED = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "no ex
 def test_a_bad_submission_is_one_line_and_exit_code_2(capsys, tmp_path, args, message):
     ungraded = tmp_path / "notes.ipynb"
     ungraded.write_text(json.dumps(UNGRADED))
-    assert main([a.format(ungraded=ungraded) for a in args]) == 2
+    assert main(["assignments", *(a.format(ungraded=ungraded) for a in args)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and re.search(message, err), err

@@ -1,7 +1,5 @@
 """Precision chosen by measurement: `auto` follows a timed matmul, an explicit bf16 on a CPU where
 bf16 is slower is warned about, and nothing is probed when nobody asked for bf16."""
-from types import SimpleNamespace
-
 import pytest
 
 from eagle_mini.runtime import precision
@@ -9,7 +7,7 @@ from eagle_mini.training.commands import resolve_precision
 
 
 def args(mixed="no", feat=None):
-    return SimpleNamespace(mixed_precision=mixed, feature_dtype=feat)
+    return mixed, feat
 
 
 @pytest.fixture
@@ -27,24 +25,24 @@ def probe(monkeypatch):
 
 def test_auto_takes_bf16_only_where_it_is_faster(probe):
     probe(2.5)
-    assert resolve_precision(args("auto", "auto"), "cpu", log=lambda s: None) == ("bf16", "bf16")
+    assert resolve_precision(*args("auto", "auto"), "cpu", log=lambda s: None) == ("bf16", "bf16")
     probe(0.02)
     lines = []
-    assert resolve_precision(args("auto", "auto"), "cpu", log=lines.append) == ("no", "fp32")
+    assert resolve_precision(*args("auto", "auto"), "cpu", log=lines.append) == ("no", "fp32")
     assert "50.0x slower than fp32" in lines[0] and "using fp32" in lines[0]
 
 
 def test_explicit_bf16_is_kept_but_a_slow_cpu_is_said(probe):
     probe(0.02)
     lines = []
-    assert resolve_precision(args("bf16", "bf16"), "cpu", log=lines.append) == ("bf16", "bf16")
+    assert resolve_precision(*args("bf16", "bf16"), "cpu", log=lines.append) == ("bf16", "bf16")
     assert lines and lines[0].startswith("warning: bf16 matmuls run at 50.0x slower")
 
 
 def test_nothing_is_timed_unless_bf16_or_auto_is_asked_for(probe):
     calls = probe(2.5)
-    assert resolve_precision(args("no", "fp32"), "cpu") == ("no", "fp32")
-    assert resolve_precision(args("auto", "auto"), "cuda") == ("bf16", "bf16")
+    assert resolve_precision(*args("no", "fp32"), "cpu") == ("no", "fp32")
+    assert resolve_precision(*args("auto", "auto"), "cuda") == ("bf16", "bf16")
     assert calls == []
 
 

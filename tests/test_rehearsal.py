@@ -77,12 +77,9 @@ def test_a_head_trains_on_fp32_master_weights_on_a_bf16_target(kind):
     """Found by the 7B rehearsal: attaching to a bf16 target cast the head to bf16, so AdamW
     dropped every update under half a bf16 step. Now the weights stay fp32, the target's shared
     embedding and lm_head stay bf16, and an update far below bf16's resolution still lands."""
-    from types import SimpleNamespace
-    from eagle_mini.training.commands import training_head
+    from eagle_mini.training.commands import TrainHeadCommand, training_head
     target = tiny_target("llama", seed=0, vocab_size=64, dtype="bf16", num_hidden_layers=4)
-    args = SimpleNamespace(init=None, draft_vocab=0, kind=kind, seed=0, no_fc_bias=False,
-                           lm_head_init="random")
-    head, meta = training_head(args, target)
+    head, meta = training_head(TrainHeadCommand(out="unused", kind=kind), target)
     assert meta == {} and {p.dtype for p in head.parameters()} == {torch.float32}
     assert head._shared["embed"].weight.dtype == torch.bfloat16
     ids = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(0))

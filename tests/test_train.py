@@ -368,15 +368,13 @@ def test_eagle3_frozen_lm_head_stays_the_targets_rows_and_stays_frozen(tiny3, tm
 def test_eagle3_warm_start_scales_the_norm_and_refuses_bad_scales(tiny3):
     """`--norm-init-scale`: the warm start's norm is the target's final norm times the scale (a
     small scale starts near a uniform guess); outside [0, 1], or with a random lm_head, refused."""
-    import argparse
     from eagle_mini.heads.eagle3 import new_eagle3_head
-    from eagle_mini.training.commands import training_head
+    from eagle_mini.training.commands import TrainHeadCommand, training_head
     target, _ = tiny3
     head = new_eagle3_head(target, seed=3, draft_vocab=list(range(0, 64, 2)), norm_scale=0.1)
     assert torch.allclose(head.norm.weight, 0.1 * target.model.model.norm.weight.float())
     with pytest.raises(EagleMiniError, match=r"in \[0, 1\]"):
         new_eagle3_head(target, norm_scale=2.0)
-    args = argparse.Namespace(init=None, draft_vocab=0, kind="eagle3", lm_head_init="random",
-                              norm_init_scale=0.1, seed=0)
+    cmd = TrainHeadCommand(out="unused", kind="eagle3", lm_head_init="random", norm_init_scale=0.1)
     with pytest.raises(EagleMiniError, match="--lm-head-init target or frozen"):
-        training_head(args, target)
+        training_head(cmd, target)

@@ -8,9 +8,10 @@ import torch
 
 import eagle_mini.training.train
 from eagle_mini import EagleMiniError, tiny_target
-from eagle_mini.experiments.ablation import (AblationConfig, EpochSource, config_from_args, paper_checks,
+from eagle_mini.experiments.ablation import (AblationConfig, EpochSource, config_for, paper_checks,
                                  run_ablation, summary_table)
 from eagle_mini.cli import build_parser
+from eagle_mini.cli.experiments import ablation_knobs
 from eagle_mini.data import Example
 from eagle_mini.decode import generate, generate_vanilla
 from eagle_mini.tree import DynamicTree
@@ -320,5 +321,5 @@ def test_branch_features_and_predictions_equal_running_each_branch_alone(target)
 
 def test_cli_sizes_and_knobs():
     args = build_parser().parse_args(["experiment", "uncertainty", "--size", "ci", "--epochs", "3"])
-    cfg = config_from_args(args)
+    cfg = config_for(args.size, **ablation_knobs(args))
     assert cfg.epochs == 3 and cfg.max_len == 256 and args.out == "data/results/uncertainty.json"

@@ -25,10 +25,9 @@ oracle); hidden tests run the student's code inside `guard.reference_off`.
 
 nbgrader is a development dependency; only `release` and `grade` import it.
 
-    python -m eagle_mini.course.assignments release
-    python -m eagle_mini.course.assignments grade path/to/submitted.ipynb
+    python -m eagle_mini assignments release
+    python -m eagle_mini assignments grade path/to/submitted.ipynb
 """
-import argparse
 import ast
 import json
 import os
@@ -376,31 +375,3 @@ def grade(submissions, source: Path = SOURCE, numbered: Path = NOTEBOOKS) -> lis
                           for gid in grade_ids(notebooks[name])}
                 grades.append(Grade(path, name, scores, _errors(json.loads(executed.read_text()))))
     return grades
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m eagle_mini.course.assignments",
-        description="Release and autograde the assignments and the numbered notebooks' exercises.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("release", help=f"write the student editions to {RELEASE} and {STUDENT}")
-    grading = commands.add_parser("grade", help="autograde one submitted notebook")
-    grading.add_argument("submission", nargs="?", default="", help="path to the .ipynb")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "release":
-            for path in release():
-                print(f"wrote {path}")
-        else:
-            if not args.submission:
-                raise EagleMiniError("say which notebook to grade: "
-                                     "make grade SUBMISSION=path/to/notebook.ipynb")
-            print(grade([args.submission])[0].report())
-    except EagleMiniError as e:
-        print(f"eagle-mini: error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -412,11 +412,9 @@ def merge_probes(probes: dict) -> dict:
     return {"branches": branches, "entropy": entropy, "contexts_match": same}
 
 
-def config_from_args(args) -> AblationConfig:
-    """The size's configuration with every knob given on the command line replaced."""
-    knobs = {k: getattr(args, k) for k in AblationConfig.__dataclass_fields__
-             if getattr(args, k, None) is not None}
-    return replace(SIZES[args.size], **knobs)
+def config_for(size: str, **knobs) -> AblationConfig:
+    """The size's configuration with every knob that is not None replaced."""
+    return replace(SIZES[size], **{k: v for k, v in knobs.items() if v is not None})
 
 
 def sharegpt_inputs(target, cfg: AblationConfig) -> dict:
@@ -440,18 +438,22 @@ def sharegpt_inputs(target, cfg: AblationConfig) -> dict:
 KEEP = {"full": "data/results/uncertainty_full"}
 
 
-def ablation_command(args, target, log=print) -> dict:
-    """`experiment uncertainty`: SmolLM2 (or --model) on ShareGPT, MT-bench prompts; writes --out."""
+def ablation_command(target, size: str = "full", out="data/results/uncertainty.json", work=None,
+                     keep=None, log=print, **knobs) -> dict:
+    """`experiment uncertainty`: SmolLM2 (or --model) on ShareGPT, MT-bench prompts; writes `out`.
+    `knobs`: `AblationConfig` fields that replace the size's (None: the size's); `work` (default
+    runs/uncertainty_<size>) holds checkpoints and finished parts; `keep` (default `KEEP[size]`,
+    '' for none) receives each finished variant's JSON files."""
     import sys
-    cfg = config_from_args(args)
-    work = Path(args.work or Path("runs") / f"uncertainty_{args.size}")
-    keep = args.keep if args.keep is not None else KEEP.get(args.size)
-    log(f"experiment uncertainty, size {args.size}: {json.dumps(asdict(cfg))}; work dir {work}"
+    cfg = config_for(size, **knobs)
+    work = Path(work or Path("runs") / f"uncertainty_{size}")
+    keep = keep if keep is not None else KEEP.get(size)
+    log(f"experiment uncertainty, size {size}: {json.dumps(asdict(cfg))}; work dir {work}"
         + (f"; finished variants kept in {keep}" if keep else ""))
     result = run_ablation(target, cfg=cfg, work=work, **sharegpt_inputs(target, cfg),
                           command="python -m eagle_mini " + " ".join(sys.argv[1:]), log=log,
                           keep=keep or None)
-    out = Path(args.out)
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_json(result, indent=1))
     log(summary_table(result))

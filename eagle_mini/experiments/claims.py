@@ -24,7 +24,7 @@ from pathlib import Path
 
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.measure.intervals import Arm, excludes_zero, interval, paired_difference
-from eagle_mini.methods import EAGLE2
+from eagle_mini.methods import EAGLE2 as EAGLE2_METHOD
 
 FORMAT = "eagle_mini.paper_vs_ours/1"
 ABLATION, ACCEPTANCE = "uncertainty.json", "acceptance_smollm2-135m.json"
@@ -236,7 +236,7 @@ def acceptance_rows(results) -> list[dict]:
                 "static tree of the same size",
                 "tau 4.68 vs 3.79 (3.39x vs 2.78x); EAGLE-2 with 60 tokens, EAGLE-1 with 26",
                 "Vicuna-7B, T=0, mean of six tasks", EAGLE_2, ("EAGLE-1", "eagle1"),
-                ("EAGLE-2", EAGLE2), "eagle2_minus_eagle1", "tau EAGLE-2 - EAGLE-1"),
+                ("EAGLE-2", EAGLE2_METHOD), "eagle2_minus_eagle1", "tau EAGLE-2 - EAGLE-1"),
         ordered("t0-vs-t1", "tau is lower when sampling at T=1 than when greedy",
                 "tau 3.94 (T=0) vs 3.17 (T=1)", "Vicuna-7B, MT-bench, EAGLE-1", EAGLE,
                 ("T=1", "eagle1_t1"), ("T=0", "eagle1"), "t0_minus_t1", "tau T=0 - T=1"),

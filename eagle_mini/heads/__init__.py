@@ -15,7 +15,7 @@ from eagle_mini.heads.eagle3 import KIND, Eagle3Head
 from eagle_mini.heads.formats import EAGLE3_ARCH, load_eagle3, load_official
 
 HEAD_KINDS = (EAGLE1_KIND, KIND)   # what `train-head --kind` builds; a config's "kind"
-SHIPPED = Path(__file__).resolve().parent.parent / "data" / "heads"
+SHIPPED = Path(__file__).resolve().parents[2] / "data" / "heads"
 
 
 def repository_path(path) -> str:

@@ -14,12 +14,12 @@ when missing and running as root; otherwise the run stops with one line saying w
 Selenium drives it through that driver's path, so Selenium Manager never downloads anything.
 JupyterLab runs on 127.0.0.1 on a free port with a token, its root a throwaway folder holding
 copies of the notebooks (the notebooks find the repository through `eagle_mini.__file__`), so the
-committed files are never touched. Selenium is a development dependency, imported only by `main`.
+committed files are never touched. Selenium is a development dependency, imported only by
+`check_notebooks`.
 
-    python -m eagle_mini.tooling.browser                      # what `make test-browser` runs
-    python -m eagle_mini.tooling.browser notebooks/04_draft_trees.ipynb
+    python -m eagle_mini test-browser                      # what `make test-browser` runs
+    python -m eagle_mini test-browser notebooks/04_draft_trees.ipynb
 """
-import argparse
 import hashlib
 import json
 import os
@@ -38,6 +38,8 @@ from difflib import SequenceMatcher
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "runs" / "browser"   # screenshots and the JupyterLab log
+TIMEOUT = 600.0                   # seconds for one Run All
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 INSTALL = "apt-get install -y chromium chromium-driver"
 TRACEBACK = "Traceback (most recent call last)"
@@ -365,15 +367,11 @@ def run_notebook(driver, lab: Lab, name: str, shots: Path, timeout: float) -> st
     return f"ran in {ran:.0f} s; {action}; {change}"
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="default: every numbered notebook in notebooks/ with widgets")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "browser",
-                        help="screenshots and the JupyterLab log")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds for one Run All")
-    args = parser.parse_args(argv)
-    notebooks = args.notebooks or widget_notebooks(ROOT / "notebooks")
+def check_notebooks(notebooks=(), out: Path = OUT, timeout: float = TIMEOUT) -> int:
+    """Run and use each notebook (default: every numbered one with widgets); one line per
+    notebook, screenshots in `out`. -> 1 if any failed, else 0."""
+    out = Path(out)
+    notebooks = [Path(p) for p in notebooks] or widget_notebooks(ROOT / "notebooks")
     if not notebooks:
         print("no numbered notebook has widgets: nothing to test")
         return 0
@@ -384,10 +382,10 @@ def main(argv=None):
         sys.exit('make test-browser needs selenium: pip install -e ".[dev]"')
     # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the browser and the server are stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     failures = 0
     with tempfile.TemporaryDirectory(prefix="eagle_mini_browser_") as work:
-        lab = Lab(Path(work), args.out / "jupyterlab.log")
+        lab = Lab(Path(work), out / "jupyterlab.log")
         try:
             lab.wait_ready()
             for path in notebooks:
@@ -396,9 +394,9 @@ def main(argv=None):
                 try:
                     with chromium() as driver:
                         try:
-                            line = run_notebook(driver, lab, path.name, args.out, args.timeout)
+                            line = run_notebook(driver, lab, path.name, out, timeout)
                         except Exception:
-                            driver.save_screenshot(str(args.out / f"{path.stem}-failed.png"))
+                            driver.save_screenshot(str(out / f"{path.stem}-failed.png"))
                             raise
                     print(f"ok   {path.stem}: {line} ({time.monotonic() - start:.0f} s in all)",
                           flush=True)
@@ -409,9 +407,6 @@ def main(argv=None):
                 lab.shutdown_kernels()
         finally:
             lab.stop()
-    print(f"screenshots in {args.out}")
+    print(f"screenshots in {out}")
     return 1 if failures else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

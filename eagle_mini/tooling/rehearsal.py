@@ -18,7 +18,6 @@ dtypes, survives a resume and what it costs; not what a trained head accepts.
 
     >>> rehearse("tiny", "runs/rehearsal_tiny", "rehearsal_tiny.json", threads=1)  # doctest: +SKIP
 """
-import argparse
 import json
 import os
 import resource
@@ -41,6 +40,8 @@ TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
         "num_attention_heads": 4, "num_key_value_heads": 4}   # for tests: the whole path, small
 BUDGET_GB = 24 * 2**30 / 1e9   # the machine a GPU user rents: `24` GiB
 KINDS = HEAD_KINDS
+# How `rehearse` runs its own steps as child processes, measured like the CLI's other steps.
+STEP = [sys.executable, "-m", "eagle_mini", "rehearse-step"]
 METHODS = (VANILLA, EAGLE2, EAGLE3)
 
 
@@ -268,7 +269,7 @@ def _generate_steps(step, root: Path, load: list, size: Sizes) -> dict:
     greedy = greedy_summary(generations)
     if any(g["identical_prompts"] < g["prompts"] for g in greedy.values()):
         (root / "generations.json").write_text(json.dumps(generations))
-        step("first_difference", [sys.executable, "-m", __name__, "first-difference", *load,
+        step("first_difference", [*STEP, "first-difference", *load,
                                   "--generations", root / "generations.json",
                                   "--out", root / "first_difference.json"])
         for m, d in json.loads((root / "first_difference.json").read_text()).items():
@@ -348,7 +349,7 @@ def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
     def step(name, argv):
         steps[name] = run_step(root, name, argv, log)
 
-    step("build", [sys.executable, "-m", __name__, "build", "--config", config, "--dir", model,
+    step("build", [*STEP, "build", "--config", config, "--dir", model,
                    "--seed", seed])
     build = json.loads((model / "build.json").read_text())
     for kind in KINDS:
@@ -362,40 +363,3 @@ def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_json(result))
     return result
-
-
-def main(argv=None) -> int:
-    """The rehearsal's own steps, run as child processes so that they are measured alike."""
-    p = argparse.ArgumentParser(prog=f"python -m {__name__}")
-    sub = p.add_subparsers(dest="step", required=True)
-    b = sub.add_parser("build", help="build the random model once (kept when complete)")
-    b.add_argument("--config", required=True, choices=configs())
-    b.add_argument("--dir", required=True)
-    b.add_argument("--seed", type=int, default=0)
-    f = sub.add_parser("first-difference", help="logit gaps where greedy EAGLE parts from vanilla")
-    f.add_argument("--model", required=True)
-    f.add_argument("--dtype", default="bf16")
-    f.add_argument("--generations", required=True)
-    f.add_argument("--out", required=True)
-    for s in (b, f):
-        s.add_argument("--threads", type=int, default=None)
-    args = p.parse_args(argv)
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
-    try:
-        if args.step == "build":
-            info = build_model(args.config, args.dir, args.seed)
-            print(f"{args.dir}: {info['parameters']:,} parameters, "
-                  f"fingerprint {info['fingerprint']}")
-        else:
-            gens = json.loads(Path(args.generations).read_text())
-            Path(args.out).write_text(results_json(first_differences(args.model, args.dtype, gens)))
-    except EagleMiniError as e:
-        print(f"eagle-mini: error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -20,9 +20,46 @@ from eagle_mini.heads import head_kind
 from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.training.features import target_fingerprint
+from eagle_mini.heads import HEAD_KINDS
 from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.training.sources import DumpSource, MixedSource, StreamingSource
 from eagle_mini.training.train import TrainConfig, default_lr, evaluate_head, train_head
+
+
+@dataclass
+class TrainHeadCommand:
+    """`train-head`'s options (the CLI's `--x-y` is the field `x_y`): what `train_command` runs.
+
+    The fields `TrainConfig` also has take its defaults: the trainer's are the only ones."""
+    out: str                              # where the trained head is written (bf16)
+    features: str | None = None           # a dump-features directory; None: stream features
+    wrap: bool = False                    # streaming: start the train split again at its end
+    regenerated: str | None = None        # streaming: a `regenerate` file (the target's replies)
+    mix_sharegpt: float | None = None     # with `regenerated`: this share of ShareGPT's replies
+    work: str | None = None               # checkpoints and log (default runs/<out name>)
+    init: str | None = None               # continue from this head directory
+    start: int | None = None              # first train record (default: where `init` stopped)
+    stop_after: int | None = None         # do at most this many steps now
+    lr: float | None = None               # None: `default_lr` for the target's hidden size
+    steps: int = TrainConfig.steps
+    warmup: int = TrainConfig.warmup_steps
+    batch_tokens: int = TrainConfig.batch_tokens
+    max_len: int = TrainConfig.max_len
+    draft_vocab: int = 0                  # reduced draft vocabulary size (0: the target's)
+    ce_vocab: int = TrainConfig.ce_vocab
+    kind: str = HEAD_KINDS[0]             # a new head's kind (`init` keeps its head's)
+    lm_head_init: str = "random"          # a new EAGLE-3 head's lm_head: random, target, frozen
+    norm_init_scale: float = 1.0          # with lm_head_init target/frozen: the final norm's scale
+    unroll: int | None = None             # None: 1 for eagle1, 7 for eagle3
+    mixed_precision: str = TrainConfig.mixed_precision   # no, bf16 or auto
+    feature_dtype: str | None = None      # streaming: featurize in fp32, bf16, fp16 or auto
+    unroll_decay: float = TrainConfig.unroll_decay
+    fc_bias: bool = True                  # an EAGLE-1 head's fc bias
+    eval_conversations: int = 20
+    eval_every: int = TrainConfig.eval_every
+    ckpt_every: int = TrainConfig.ckpt_every
+    log_every: int = TrainConfig.log_every
+    seed: int = TrainConfig.seed
 
 
 def frequent_tokens(target, n: int, conversations: int = 2000) -> list[int]:
@@ -76,9 +113,9 @@ def validation_features(target, n: int, max_len: int, split: str = "validation",
 def featurizer(target, dtype: str):
     """The target itself, or a copy of it in `dtype` that makes the streamed training features.
 
-    On a CPU with bf16 units (AMX) a bf16 copy featurizes faster than fp32; its features differ
-    from fp32 ones by less than the training noise (`noise`) and give the same argmax at nearly
-    every assistant token (measured by `scripts/probe_training_speed.py`; see the head's
+    On the course's CPU a bf16 copy featurizes SmolLM2-135M ~3x faster than fp32 (AMX); its
+    features differ from fp32 ones by ~0.02 on average (the training noise is U(-0.1, 0.1)) and
+    give the same argmax at 98.5-99.3% of assistant tokens (`scripts/probe_training_speed.py`,
     EXPERIMENTS.md). Validation, evaluation and decoding keep the target's own dtype."""
     from transformers import AutoModelForCausalLM
     from eagle_mini.models import _dtype
@@ -91,10 +128,10 @@ def featurizer(target, dtype: str):
     return Target(model.to(target.device).eval(), target.tokenizer, name=target.name)
 
 
-def resolve_precision(args, device, log=print):
+def resolve_precision(mixed: str, feat: str | None, device, log=print):
     """`auto` for --mixed-precision / --feature-dtype becomes bf16 or fp32 by a matmul timed here
-    (`runtime.precision`); an explicit bf16 on a CPU where bf16 is slower is said, not refused."""
-    mixed, feat = getattr(args, "mixed_precision", "no"), getattr(args, "feature_dtype", None)
+    (`runtime.precision`); an explicit bf16 on a CPU where bf16 is slower is said, not refused.
+    -> (mixed precision, feature dtype)."""
     if not {mixed, feat} & {"auto", "bf16"}:
         return mixed, feat
     if device != "cpu":  # an accelerator: bf16 units are the norm
@@ -111,7 +148,7 @@ def resolve_precision(args, device, log=print):
     return mixed, feat
 
 
-def training_head(args, target):
+def training_head(cmd: TrainHeadCommand, target):
     """train-head's head before training: `--init`'s (and its metadata) or a new one of `--kind`,
     draft vocabulary and seed. -> (head attached to `target`, its weights in fp32 whatever the
     target's dtype; the prior metadata or {}).
@@ -120,106 +157,43 @@ def training_head(args, target):
     attaching to a bf16 target casts a head to bf16, and AdamW on bf16 weights drops every update
     smaller than half a bf16 step of the weight. The shared embedding and lm_head stay the target's;
     `--mixed-precision bf16` runs the matmuls in bf16. The 7B rehearsal found the bf16 head."""
-    if args.init:
+    if cmd.init:
         from eagle_mini.heads import load_head
-        head = load_head(args.init, target)
+        head = load_head(cmd.init, target)
         return head.float(), getattr(head, "meta", {})
-    vocab = frequent_tokens(target, args.draft_vocab) if args.draft_vocab else None
-    if getattr(args, "kind", "eagle1") == "eagle3":
+    vocab = frequent_tokens(target, cmd.draft_vocab) if cmd.draft_vocab else None
+    if cmd.kind == EAGLE3_KIND:
         from eagle_mini.heads.eagle3 import new_eagle3_head
-        init = getattr(args, "lm_head_init", "random")
-        head = new_eagle3_head(target, seed=args.seed, draft_vocab=vocab,
+        init = cmd.lm_head_init
+        head = new_eagle3_head(target, seed=cmd.seed, draft_vocab=vocab,
                                warm_start=init in ("target", "frozen"),
                                freeze_lm_head=init == "frozen",
-                               norm_scale=getattr(args, "norm_init_scale", 1.0))
+                               norm_scale=cmd.norm_init_scale)
     else:
-        head = new_head(target, seed=args.seed, draft_vocab=vocab, fc_bias=not args.no_fc_bias)
+        head = new_head(target, seed=cmd.seed, draft_vocab=vocab, fc_bias=cmd.fc_bias)
     return head.float(), {}
 
 
-def _train_config(args, target, log) -> TrainConfig:
-    """The trainer's settings from the command's arguments; the learning rate from
-    `default_lr` when `--lr` is not given."""
-    lr = args.lr
+def train_command(cmd: TrainHeadCommand, target, log=print) -> dict:
+    """Build or continue a head, train it, export it (bf16) with its metrics."""
+    if cmd.mix_sharegpt and not cmd.regenerated:
+        raise EagleMiniError("--mix-sharegpt goes with --regenerated: it mixes ShareGPT's own "
+                             "replies into the target's")
+    mixed, feature_dtype = resolve_precision(cmd.mixed_precision, cmd.feature_dtype,
+                                             target.device.type, log)
+    lr = cmd.lr
     if lr is None:
         lr = default_lr(target.hidden_size)
         log(f"lr {lr:.2g} for hidden size {target.hidden_size} (training.train.default_lr; "
             "--lr sets it)")
-    return TrainConfig(lr=lr, steps=args.steps, warmup_steps=args.warmup,
-                       batch_tokens=args.batch_tokens, max_len=args.max_len, seed=args.seed,
-                       ckpt_every=args.ckpt_every, log_every=args.log_every,
-                       eval_every=args.eval_every, ce_vocab=args.ce_vocab,
-                       unroll=getattr(args, "unroll", None),
-                       unroll_decay=getattr(args, "unroll_decay", 0.8),
-                       mixed_precision=getattr(args, "mixed_precision", "no"),
-                       feature_dtype=getattr(args, "feature_dtype", None) or "")
-
-
-def _training_source(args, target, cfg: TrainConfig, layers, start: int, prior: dict):
-    """Where the batches come from: dumped features, or the target streaming ShareGPT's train
-    split (or its target-regenerated replies), optionally mixed with ShareGPT's own replies.
-    Returns (source, the regenerate command or None, the mixed stream's first record or None)."""
-    if args.features and getattr(args, "regenerated", None):
-        raise EagleMiniError("--regenerated goes with --stream, not with --features")
-    regenerated, mix_start, mix = None, None, getattr(args, "mix_sharegpt", None)
-    if args.features:
-        from eagle_mini.training.features import FeatureDataset
-        ds = FeatureDataset(args.features)
-        ds.check_target(target)
-        if layers and ds.manifest.get("layers") != list(layers):
-            raise EagleMiniError(f"{args.features} holds no layers {list(layers)} for an EAGLE-3 "
-                                 "head: dump them with `dump-features --eagle3`")
-        return DumpSource(ds), regenerated, mix_start
-    feat, data = featurizer(target, cfg.feature_dtype), None
-    if getattr(args, "regenerated", None):
-        data, regenerated = regenerated_for(args.regenerated, target, feat, cfg.feature_dtype)
-    source = StreamingSource(feat, "train",
-                             max_len=cfg.max_len, cursor=start, data=data,
-                             wrap=getattr(args, "wrap", False), layers=layers)
-    if mix:
-        from eagle_mini.data import SPLITS
-        mix_start = prior.get("next_mix_record", data.written[-1] + 1 - SPLITS["train"][0])
-        source = MixedSource(StreamingSource(feat, "train", max_len=cfg.max_len,
-                                             cursor=mix_start, wrap=getattr(args, "wrap", False),
-                                             layers=layers), source, share=mix)
-    return source, regenerated, mix_start
-
-
-def _training_meta(args, cfg: TrainConfig, prior: dict, result: dict, source, start: int,
-                   regenerated, mix_start) -> dict:
-    """The head's metadata: tokens and seconds over every finished round (this one added once its
-    schedule is done, with where its data came from) and where the streams continue."""
-    state, mix = result["state"], getattr(args, "mix_sharegpt", None)
-    rounds = prior.get("rounds", []) + ([{
-        "date": time.strftime("%Y-%m-%d"), "steps": state["step"], "tokens": state["tokens_seen"],
-        "seconds": round(state["seconds"], 1), "config": asdict(cfg),
-        "source": args.features or f"stream train records from {start}" + (
-            ", starting the split again at its end" if getattr(args, "wrap", False) else "") + (
-            f" (target-regenerated replies, {args.regenerated})"
-            if getattr(args, "regenerated", None) else "") + (
-            f", {mix:.0%} of each batch's tokens ShareGPT's own replies from record {mix_start}"
-            if mix else ""),
-        "validation": result["eval"], **({"regenerate_command": regenerated} if regenerated else {})
-    }] if state["step"] >= cfg.steps else [])
-    meta = {"tokens_seen": prior.get("tokens_seen", 0) + (state["tokens_seen"] if rounds else 0),
-            "train_seconds": prior.get("train_seconds", 0) + (state["seconds"] if rounds else 0),
-            "rounds": rounds}
-    if mix:
-        meta["next_mix_record"], meta["next_train_record"] = source.cursor
-    elif not args.features:
-        meta["next_train_record"] = source.cursor
-    return meta
-
-
-def train_command(args, target, log=print) -> dict:
-    """Build or continue a head, train it, export it (bf16) with its metrics."""
-    if getattr(args, "mix_sharegpt", None) and not getattr(args, "regenerated", None):
-        raise EagleMiniError("--mix-sharegpt goes with --regenerated: it mixes ShareGPT's own "
-                             "replies into the target's")
-    args.mixed_precision, args.feature_dtype = resolve_precision(args, target.device.type, log)
-    cfg = _train_config(args, target, log)
-    work = Path(args.work or Path("runs") / Path(args.out).name)
-    head, prior = training_head(args, target)
+    cfg = TrainConfig(lr=lr, steps=cmd.steps, warmup_steps=cmd.warmup,
+                      batch_tokens=cmd.batch_tokens, max_len=cmd.max_len, seed=cmd.seed,
+                      ckpt_every=cmd.ckpt_every, log_every=cmd.log_every,
+                      eval_every=cmd.eval_every, ce_vocab=cmd.ce_vocab, unroll=cmd.unroll,
+                      unroll_decay=cmd.unroll_decay, mixed_precision=mixed,
+                      feature_dtype=feature_dtype or "")
+    work = Path(cmd.work or Path("runs") / Path(cmd.out).name)
+    head, prior = training_head(cmd, target)
     layers = getattr(head, "aux_layers", None)
     if cfg.unroll is None:
         cfg.unroll = 7 if layers else 1   # EAGLE-3's 7 unrolled steps; EAGLE-1's single step
@@ -228,22 +202,66 @@ def train_command(args, target, log=print) -> dict:
     vocab_ids = None
     if cfg.ce_vocab:
         vocab_ids = torch.tensor(frequent_tokens(target, cfg.ce_vocab), device=target.device)
-    start = args.start if args.start is not None else prior.get("next_train_record", 0)
-    source, regenerated, mix_start = _training_source(args, target, cfg, layers, start, prior)
-    val = validation_features(target, args.eval_conversations, cfg.max_len, layers=layers)
-    result = train_head(head, target, source, work, cfg, stop_after=args.stop_after,
+    start = cmd.start if cmd.start is not None else prior.get("next_train_record", 0)
+    source, described, regenerated = training_source(cmd, target, cfg, layers, prior, start)
+    val = validation_features(target, cmd.eval_conversations, cfg.max_len, layers=layers)
+    result = train_head(head, target, source, work, cfg, stop_after=cmd.stop_after,
                         evaluate_fn=lambda h: evaluate_head(h, val), vocab_ids=vocab_ids, log=log)
     state = result["state"]
-    meta = _training_meta(args, cfg, prior, result, source, start, regenerated, mix_start)
+    rounds = prior.get("rounds", []) + ([{
+        "date": time.strftime("%Y-%m-%d"), "steps": state["step"], "tokens": state["tokens_seen"],
+        "seconds": round(state["seconds"], 1), "config": asdict(cfg), "source": described,
+        "validation": result["eval"], **({"regenerate_command": regenerated} if regenerated else {})
+    }] if state["step"] >= cfg.steps else [])
+    meta = {"tokens_seen": prior.get("tokens_seen", 0) + (state["tokens_seen"] if rounds else 0),
+            "train_seconds": prior.get("train_seconds", 0) + (state["seconds"] if rounds else 0),
+            "rounds": rounds}
+    if cmd.mix_sharegpt:
+        meta["next_mix_record"], meta["next_train_record"] = source.cursor
+    elif not cmd.features:
+        meta["next_train_record"] = source.cursor
     if state["step"] >= cfg.steps:
         meta["rounds"][-1]["command"] = "python -m eagle_mini " + " ".join(sys.argv[1:])
-        head.save(args.out, extra=meta)
-        plot_log(work / "log.jsonl", Path(args.out) / "loss_curve.png")
-        write_card(Path(args.out), target.name, head, meta)
-        log(f"saved head to {args.out}: validation {json.dumps(result['eval'])}")
+        head.save(cmd.out, extra=meta)
+        plot_log(work / "log.jsonl", Path(cmd.out) / "loss_curve.png")
+        write_card(Path(cmd.out), target.name, head, meta)
+        log(f"saved head to {cmd.out}: validation {json.dumps(result['eval'])}")
     else:
         log(f"stopped at step {state['step']} of {cfg.steps}; run the same command to resume")
     return result
+
+
+def training_source(cmd: TrainHeadCommand, target, cfg: TrainConfig, layers, prior: dict,
+                    start: int):
+    """train-head's batches: stored features, or features streamed from `start` (the target's
+    regenerated replies, ShareGPT's mixed in). -> (source, its description for the model card,
+    the `regenerate` command that remakes its file or None)."""
+    if cmd.features and cmd.regenerated:
+        raise EagleMiniError("--regenerated goes with --stream, not with --features")
+    if cmd.features:
+        from eagle_mini.training.features import FeatureDataset
+        ds = FeatureDataset(cmd.features)
+        ds.check_target(target)
+        if layers and ds.manifest.get("layers") != list(layers):
+            raise EagleMiniError(f"{cmd.features} holds no layers {list(layers)} for an EAGLE-3 "
+                                 "head: dump them with `dump-features --eagle3`")
+        return DumpSource(ds), cmd.features, None
+    feat, data, regenerated, mix = featurizer(target, cfg.feature_dtype), None, None, cmd.mix_sharegpt
+    if cmd.regenerated:
+        data, regenerated = regenerated_for(cmd.regenerated, target, feat, cfg.feature_dtype)
+    source = StreamingSource(feat, "train", max_len=cfg.max_len, cursor=start, data=data,
+                             wrap=cmd.wrap, layers=layers)
+    described = f"stream train records from {start}" + (
+        ", starting the split again at its end" if cmd.wrap else "") + (
+        f" (target-regenerated replies, {cmd.regenerated})" if cmd.regenerated else "")
+    if mix:
+        from eagle_mini.data import SPLITS
+        mix_start = prior.get("next_mix_record", data.written[-1] + 1 - SPLITS["train"][0])
+        source = MixedSource(StreamingSource(feat, "train", max_len=cfg.max_len,
+                                             cursor=mix_start, wrap=cmd.wrap,
+                                             layers=layers), source, share=mix)
+        described += f", {mix:.0%} of each batch's tokens ShareGPT's own replies from record {mix_start}"
+    return source, described, regenerated
 
 
 def write_card(out: Path, target_name: str, head, meta: dict) -> None:

@@ -1,0 +1,129 @@
+"""What every command shares: the parser class, argument types, the target and head option groups,
+loading the target and the head, and turning parsed options into a package's dataclass config."""
+import argparse
+import dataclasses
+import os
+import sys
+
+from eagle_mini.errors import EagleMiniError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line (exit code 2) like every other user error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a share strictly between 0 and 1, got {value}")
+    return value
+
+
+def config_from(cls, args, **given):
+    """A dataclass `cls` from the parsed options that share a name with its fields (`given`
+    overrides or adds fields the options do not name alike)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    return cls(**{**values, **given})
+
+
+def command_line() -> str:
+    """The command as a user typed it, for the results files."""
+    return "python -m eagle_mini " + " ".join(sys.argv[1:])
+
+
+def add_target_args(p):
+    p.add_argument("--model", default="smollm2-135m",
+                   help="course target name, local HF model directory, or hub id")
+    p.add_argument("--dtype", default="fp32", help="fp32 (default), bf16 or fp16")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    p.add_argument("--kernels", default="auto", choices=["auto", "packed", "stock"],
+                   help="CPU, fp32: prepacked weights (packed.py), the stock kernels, or auto (the "
+                        "faster of the two here, timed once per CPU model and cached)")
+    p.add_argument("--no-pack", dest="kernels", action="store_const", const="stock",
+                   help="the same as --kernels stock")
+    p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],
+                   help="fp32 matmuls (torch.set_float32_matmul_precision): highest, exact, the "
+                        "default; high/medium allow bf16-based internals, lossless only against "
+                        "vanilla in the same mode, up to ties (check-lossless it first)")
+
+
+def add_head_args(p):
+    p.add_argument("--head", default=None,
+                   help="draft head directory (default: the shipped head for the target, if any)")
+    p.add_argument("--tree", default=None,
+                   help="tree spec: eagle1 | chain:K | JSON choices | file.json | "
+                        "dynamic:TOTAL,DEPTH,TOPK (overrides the method's default tree)")
+
+
+def load(args):
+    import torch
+    from eagle_mini.models import load_target
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device
+    if device == "cuda" and "LOCAL_RANK" in os.environ:  # `accelerate launch`: one GPU per process
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+    if args.matmul_precision != "highest":
+        from eagle_mini.runtime.precision import set_matmul_precision
+        print(set_matmul_precision(args.matmul_precision), file=sys.stderr)
+    from eagle_mini.runtime.kernels import use_kernels
+    target = load_target(args.model, dtype=args.dtype, device=device, pack=args.kernels != "stock")
+    use_kernels(target, args.kernels)
+    return target
+
+
+def head_for(args, target, methods=()):
+    """--head DIR, else the best shipped head for the target, else a random head (said loudly).
+    When `methods` draft with more than one head kind (the table's `head` column): {kind: head},
+    the best shipped head of each kind (`runtime.run.pick_head` hands each method its own)."""
+    from eagle_mini.heads import HEAD_KINDS, default_head
+    from eagle_mini.methods import method
+    kinds = sorted({method(m).head for m in methods if method(m).is_eagle}, key=HEAD_KINDS.index)
+    if args.head is not None or kinds in ([], [HEAD_KINDS[0]]):
+        return default_head(target, args.head)
+    heads = {kind: default_head(target, kind=kind) for kind in kinds}
+    if len(heads) == 1:
+        return next(iter(heads.values()))
+    return ({k: h for k, (h, _) in heads.items()}, "; ".join(n for _, n in heads.values()))
+
+
+def tree_arg(spec):
+    """--tree text -> what `generate` takes; a bad spec fails before any loading."""
+    from eagle_mini.tree import tree_from_spec
+    return None if spec is None else tree_from_spec(spec)
+
+
+def refuse_ignored(args, options, why):
+    """An option given explicitly that the chosen method would ignore is an error, not dropped."""
+    given = [flag for flag in options if getattr(args, flag.lstrip("-").replace("-", "_")) is not None]
+    if given:
+        raise EagleMiniError(f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no effect "
+                             f"{why}; leave {'it' if len(given) == 1 else 'them'} out")
+
+
+def fmt(x, spec=".2f"):
+    return "n/a" if x is None else format(x, spec)
+
+
+def write_text(path, text: str) -> None:
+    """`--out PATH`: write it, its folder made first."""
+    from pathlib import Path
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text)

@@ -1,0 +1,281 @@
+"""Decoding commands: generate, demo, profile-target, prepare, check-lossless, bench."""
+import json
+import sys
+from pathlib import Path
+
+from eagle_mini.cli.common import (add_head_args, add_target_args, command_line, fmt, head_for,
+                                   load, positive_int, refuse_ignored, tree_arg)
+from eagle_mini.errors import EagleMiniError
+
+
+def add_generate(sub):
+    from eagle_mini.methods import DECODERS, VANILLA
+    g = sub.add_parser("generate", help="generate a chat answer and print it (or --json)")
+    add_target_args(g)
+    g.add_argument("--prompt", required=True, help="user message (goes through the chat template)")
+    g.add_argument("--max-new-tokens", type=positive_int, default=128)
+    g.add_argument("--method", default=VANILLA, choices=DECODERS)
+    add_head_args(g)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 1.0: off)")
+    g.add_argument("--top-k", type=int, default=None, help="top-k sampling (default 0: off)")
+    g.add_argument("--seed", type=int, default=None, help="sampling seed (default 0)")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.set_defaults(handler=cmd_generate)
+
+
+def cmd_generate(args):
+    from eagle_mini.methods import method
+    from eagle_mini.runtime.run import run_method
+    if not method(args.method).is_eagle:
+        refuse_ignored(args, ("--head", "--tree"), f"with --method {args.method}")
+    if not args.temperature:
+        refuse_ignored(args, ("--top-p", "--top-k", "--seed"), "when decoding greedily "
+                       "(--temperature 0)")
+    tree = tree_arg(args.tree)
+    target = load(args)
+    head = None
+    if method(args.method).is_eagle:
+        head, note = head_for(args, target, (args.method,))
+        print(note, file=sys.stderr)
+    streamer = None if args.json else _text_streamer(target)
+    sampling = {"temperature": args.temperature, "top_p": 1.0 if args.top_p is None else args.top_p,
+                "top_k": args.top_k or 0, "seed": 0 if args.seed is None else args.seed}
+    gen = run_method(target, head, args.method, args.prompt, args.max_new_tokens,
+                     tree=tree, streamer=streamer, **sampling)
+    if args.json:
+        stats = {k: v for k, v in gen.stats.items() if k != "confidence_accepted"}
+        print(json.dumps({"prompt_ids": gen.prompt_ids, "output_ids": gen.output_ids,
+                          "text": gen.text, "stats": stats}))
+    else:
+        print()
+        s = gen.stats
+        print(f"[{args.method}] {s['new_tokens']} tokens in {s['seconds']:.2f} s = "
+              f"{s['tokens_per_second']:.1f} tok/s, tau {fmt(s['tau'])} per cycle, "
+              f"{s['tokens_per_forward']:.2f} tokens per target forward", file=sys.stderr)
+
+
+def _text_streamer(target):
+    """Print decoded text as it grows (decode the whole output each time: merges stay right)."""
+    ids, shown = [], [0]
+
+    def stream(new_ids):
+        ids.extend(new_ids)
+        text = target.decode(ids)
+        print(text[shown[0]:], end="", flush=True)
+        shown[0] = len(text)
+    return stream
+
+
+def add_profile_target(sub):
+    p = sub.add_parser("profile-target", help="measure c(n)/c(1), the cost of verifying n tokens")
+    add_target_args(p)
+    p.add_argument("--prefix-len", type=positive_int, default=200)
+    p.add_argument("--repeats", type=positive_int, default=7)
+    p.add_argument("--max-n", type=positive_int, default=64)
+    p.add_argument("--with-head", action="store_true", help="also time a draft-head forward per n")
+    p.add_argument("--compare-stock", action="store_true",
+                   help="also time the stock kernels in the same run (before/after packing)")
+    p.add_argument("--out", default=None, help="JSON path (default data/results/cost_curve_<model>.json)")
+    p.add_argument("--by-op", action="store_true",
+                   help="instead: where a forward of 1, 2 and 16 tokens spends its time, per op "
+                        "family (torch profiler), and what grows from 1 to 2 tokens")
+    p.set_defaults(handler=cmd_profile_target)
+
+
+def cmd_profile_target(args):
+    from eagle_mini.runtime.cost import cost_curve, save_curve
+    if args.out and Path(args.out).is_dir():
+        raise EagleMiniError(f"--out {args.out} is a directory; give a file name such as "
+                             f"{Path(args.out) / 'cost_curve.json'}")
+    if args.compare_stock:  # times both kernels side by side: load the packed ones
+        args.kernels = "packed"
+    target = load(args)
+    if args.by_op:
+        return print_op_breakdown(target, args)
+    ns, n = [], 1
+    while n <= args.max_n:
+        ns.append(n)
+        n *= 2
+    curve = cost_curve(target, ns=tuple(ns), prefix_len=args.prefix_len, repeats=args.repeats,
+                       with_head=args.with_head, compare_stock=args.compare_stock)
+    curve["command"] = command_line()
+    safe = args.model.replace("/", "_").replace(":", "_")
+    out = Path(args.out or f"data/results/cost_curve_{safe}_{args.device}.json")
+    json_path, png = save_curve(curve, out)
+    heads = curve["head_median_ms"] or [None] * len(curve["ns"])
+    stock = curve.get("stock", {}).get("relative") or [None] * len(curve["ns"])
+    for n, ms, rel, hm, st in zip(curve["ns"], curve["median_ms"], curve["relative"], heads, stock):
+        print(f"n={n:3d}  {ms:8.1f} ms  c(n)/c(1) = {rel:5.2f}"
+              + (f"   stock kernels {st:5.2f}" if st is not None else "")
+              + (f"   head {hm:6.2f} ms" if hm is not None else ""))
+    print(f"wrote {json_path} and {png}")
+
+
+def print_op_breakdown(target, args):
+    """`profile-target --by-op`: ms per op family at n = 1, 2, 16 and the growth from 1 to 2."""
+    from eagle_mini.measure.profile import op_breakdown
+    from eagle_mini.results import results_json
+    r = op_breakdown(target, prefix_len=args.prefix_len, repeats=args.repeats)
+    r["command"] = command_line()
+    rows = r["by_n"]
+    families = list(rows[0]["family_ms"])
+    print(f"{'ms per forward':26s}" + "".join(f"{'n=' + str(x['n']):>10s}" for x in rows)
+          + f"{'2 minus 1':>11s}")
+    for f in families + ["wall"]:
+        vals = [x["wall_ms"] if f == "wall" else x["family_ms"].get(f, 0.0) for x in rows]
+        print(f"{f:26s}" + "".join(f"{v:10.1f}" for v in vals) + f"{vals[1] - vals[0]:+11.1f}")
+    print(f"machine: {r['machine'].get('cpu')}, {r['machine'].get('threads')} threads")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(results_json(r, indent=1))
+        print(f"wrote {args.out}")
+
+
+def add_prepare(sub):
+    r = sub.add_parser("prepare", help="convert the embedded target once into the cache")
+    r.add_argument("--model", default="smollm2-135m")
+    r.set_defaults(handler=cmd_prepare)
+
+
+def cmd_prepare(args):
+    from eagle_mini.models import resolve
+    print(f"{args.model}: ready in {resolve(args.model)}")
+
+
+def add_demo(sub):
+    d = sub.add_parser("demo", help="the main job on the embedded default target")
+    add_target_args(d)
+    d.add_argument("--prompt", default="Explain in three sentences why the sky is blue.")
+    d.add_argument("--max-new-tokens", type=positive_int, default=96)
+    add_head_args(d)
+    d.set_defaults(handler=cmd_demo)
+
+
+def cmd_demo(args):
+    """The same prompt with vanilla, EAGLE-2 and `auto`: equal texts, tau and the speedups, and
+    where EAGLE is slower on this machine, why (from the cost curve measured here)."""
+    from eagle_mini.methods import EAGLE2, VANILLA
+    from eagle_mini.runtime.auto import auto_tree
+    from eagle_mini.runtime.run import run_method
+    from eagle_mini.runtime.cost import cost_curve
+    tree = tree_arg(args.tree)
+    target = load(args)
+    head, note = head_for(args, target)
+    print(f"target: {target.name} ({str(target.dtype).replace('torch.', '')}, {target.device})")
+    print(f"head:   {note}")
+    if target.kernels:
+        from eagle_mini.runtime.kernels import kernels_note
+        print(f"matmul: {kernels_note(target.kernels)}")
+    print(f"prompt: {args.prompt}\n")
+    run_method(target, head, EAGLE2, "Hi!", 8)  # warm-up: first calls pay one-off costs
+    curve = cost_curve(target, repeats=3, progress=False)
+    auto_tree(target, head, curve=curve)  # sized once per machine and head, then cached
+    van = run_method(target, head, VANILLA, args.prompt, args.max_new_tokens,
+                     streamer=_text_streamer(target))
+    print("\n")
+    v = van.stats
+    print(f"vanilla greedy : {v['new_tokens']} tokens, {v['tokens_per_second']:.1f} tok/s, "
+          f"1 token per target forward")
+    for line in demo_eagle_lines(target, head, args, tree, van, curve):
+        print(line)
+
+
+def demo_eagle_lines(target, head, args, tree, van, curve):
+    """`demo`'s EAGLE-2 and `auto` runs, each line printed as it ends; -> why those slower than
+    vanilla here are slower."""
+    from eagle_mini.methods import AUTO, EAGLE2
+    from eagle_mini.runtime.auto import tree_tokens, why_slower
+    from eagle_mini.runtime.run import method_tree, run_method
+    v, slower = van.stats, []
+    for method, label in ((EAGLE2, "EAGLE-2 greedy "), (AUTO, "auto (EAGLE-2) ")):
+        chosen = method_tree(target, head, method, tree if method == EAGLE2 else None)
+        run = run_method(target, head, method, args.prompt, args.max_new_tokens, tree=chosen)
+        e = run.stats
+        speedup = v["seconds"] / e["seconds"]
+        print(f"{label}: {e['new_tokens']} tokens, {e['tokens_per_second']:.1f} tok/s, "
+              f"tau {fmt(e['tau'])} tokens per draft-verify cycle "
+              f"({e['tokens_per_forward']:.2f} per target forward, prefill included; tree {e['tree']}), "
+              f"identical text: {van.output_ids == run.output_ids}, "
+              f"speedup {speedup:.2f}x (wall time, this machine)")
+        if speedup < 1.0:
+            slower.append(f"why {label.strip()} is slower here: "
+                          + why_slower(e, curve, tree_tokens(chosen), speedup))
+    return slower
+
+
+def add_check_lossless(sub):
+    c = sub.add_parser("check-lossless",
+                       help="EAGLE greedy == vanilla greedy on many MT-bench prompts (writes JSON)")
+    add_target_args(c)
+    add_head_args(c)
+    c.add_argument("--n", type=positive_int, default=20, help="number of MT-bench prompts")
+    c.add_argument("--max-new-tokens", type=positive_int, default=64)
+    c.add_argument("--methods", default="eagle,eagle2")
+    c.add_argument("--out", default=None, help="JSON path (default data/results/check_lossless"
+                                                  ".json; with --matmul-precision high or medium, "
+                                                  "check_lossless_matmul_<precision>.json)")
+    c.set_defaults(handler=cmd_check_lossless)
+
+
+def cmd_check_lossless(args):
+    """The large greedy-losslessness check, with a JSON record of every prompt."""
+    from eagle_mini.measure.lossless import check_lossless
+    from eagle_mini.results import results_json
+    tree = tree_arg(args.tree)
+    target = load(args)
+    methods = [m.strip() for m in args.methods.split(",")]
+    head, note = head_for(args, target, methods)
+    result = check_lossless(target, head, methods, args.n,
+                            args.max_new_tokens, tree=tree, log=print)
+    from eagle_mini.runtime.precision import lossless_file
+    result = {"command": command_line(), "head": note, **result}
+    out = Path(args.out or lossless_file(args.matmul_precision))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(results_json(result))
+    print(f"all identical: {result['all_identical']}; wrote {out}")
+    if not result["all_identical"]:
+        raise EagleMiniError("EAGLE output differs from vanilla greedy (see the JSON)")
+
+
+def add_bench(sub):
+    from eagle_mini.methods import BENCH_DEFAULT
+    b = sub.add_parser("bench", help="EAGLE vs vanilla, HF generate and prompt lookup, side by side")
+    add_target_args(b)
+    b.add_argument("--head", default=None, help="draft head directory (default: shipped head)")
+    b.add_argument("--methods", default=",".join(BENCH_DEFAULT),
+                   help="comma-separated; eagle3 (needs an EAGLE-3 head) runs when named")
+    b.add_argument("--dataset", default="mtbench", choices=["mtbench", "humaneval", "sharegpt-test"])
+    b.add_argument("--n", type=positive_int, default=10)
+    b.add_argument("--max-new-tokens", type=positive_int, default=128)
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--quick", action="store_true", help="3 prompts x 32 tokens (<= 3 minutes)")
+    b.add_argument("--curve-rounds", type=positive_int, default=4,
+                   help="measure the cost curve in this many rounds spread over the run (the "
+                        "first before the prompts), pooled for the predictions")
+    b.add_argument("--out", default=None, help="output folder (default data/results/bench_...)")
+    b.set_defaults(handler=cmd_bench)
+
+
+def cmd_bench(args):
+    from eagle_mini.measure.bench import bench, markdown_table, save
+    target = load(args)
+    methods = tuple(m.strip() for m in args.methods.split(","))
+    head, note = head_for(args, target, methods)
+    print(note, file=sys.stderr)
+    n, tokens = (3, 32) if args.quick else (args.n, args.max_new_tokens)
+    result = bench(target, head, methods, args.dataset,
+                   n, tokens, args.temperature, args.seed, head_note=note,
+                   curve_repeats=3 if args.quick else 5, curve_rounds=args.curve_rounds)
+    result["command"] = command_line()
+    name = f"bench_{args.model.replace('/', '_')}_{args.device}_{args.dataset}_T{args.temperature:g}"
+    out = save(result, Path(args.out or Path("data/results") / (name + ("_quick" if args.quick else ""))))
+    print(markdown_table(result))
+    print(f"wrote {out}/bench.json, bench.md, bench.png")
+
+
+def register(sub):
+    for add in (add_generate, add_profile_target, add_prepare, add_demo, add_check_lossless,
+                add_bench):
+        add(sub)
