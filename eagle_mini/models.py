@@ -47,7 +47,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("EAGLE_MINI_CACHE", Path.home() / ".cache" / "eagle_mini"))
 
 
-def _dtype(dtype) -> torch.dtype:
+def torch_dtype(dtype) -> torch.dtype:
+    """A dtype as the CLI spells it ("fp32", "bf16", "fp16", ...) or a torch dtype -> torch dtype."""
     if isinstance(dtype, torch.dtype):
         return dtype
     names = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
@@ -129,7 +130,7 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
     where = resolve(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=_dtype(dtype),
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype(dtype),
                                                      attn_implementation="sdpa")
     except OSError as e:
         raise EagleMiniError(f"cannot load model {name!r} from {where}: {str(e).splitlines()[0]}") from None
@@ -167,7 +168,7 @@ def big_config(config_name: str, **overrides):
 def random_big_target(config_name: str, dtype="bf16", device: str = "cuda") -> Target:
     cfg = big_config(config_name)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=_dtype(dtype), attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype(dtype), attn_implementation="sdpa")
     return Target(model.eval(), tokenizer=None, name=f"random:{config_name}")
 
 
@@ -193,5 +194,5 @@ def tiny_target(family: str = "llama", seed: int = 0, dtype="fp32", **config) ->
     """A random-weight model of `family` wrapped as a Target (no tokenizer)."""
     torch.manual_seed(seed)
     cfg = tiny_config(family, **config)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=_dtype(dtype), attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype(dtype), attn_implementation="sdpa")
     return Target(model.eval(), tokenizer=None, name=f"tiny-{family}")

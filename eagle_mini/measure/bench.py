@@ -152,7 +152,8 @@ def curve_round_points(n_prompts: int, rounds: int) -> set[int]:
     return {round(k * n_prompts / (rounds - 1)) for k in range(1, rounds)} if rounds > 1 else set()
 
 
-def _common_prefix(a, b) -> int:
+def common_prefix(a, b) -> int:
+    """How many leading tokens two outputs share."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -187,7 +188,7 @@ def first_difference_margins(target, prompts, outs, vanilla_outs, gaps) -> dict 
     from eagle_mini.decode import prepare_prompt
     margins = []
     for prompt, out, van in zip(prompts, outs, vanilla_outs):
-        k = _common_prefix(out, van)
+        k = common_prefix(out, van)
         if k == min(len(out), len(van)):
             continue   # same text (or one stopped earlier at the same place)
         ids = prepare_prompt(target, prompt) + van[:k]
@@ -213,7 +214,7 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
         # one-token and a many-token forward, after which the texts part)
         row["identical_prompts"] = sum(a == b for a, b in zip(outs, vanilla_outs))
         row["equal_to_vanilla"] = row["identical_prompts"] == len(vanilla_outs)
-        row["prefix_agreement"] = (sum(_common_prefix(a, b) for a, b in zip(outs, vanilla_outs))
+        row["prefix_agreement"] = (sum(common_prefix(a, b) for a, b in zip(outs, vanilla_outs))
                                    / max(sum(len(b) for b in vanilla_outs), 1))
     if "cycle_lengths" in stats[0]:
         cycles = [c for s in stats for c in s["cycle_lengths"]]

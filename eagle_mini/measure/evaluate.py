@@ -156,7 +156,7 @@ def tau_curve(docs: list[dict], goal: float | None = None) -> dict:
         (0.5, 8000)
     """
     from eagle_mini.errors import EagleMiniError
-    from eagle_mini.measure.intervals import Arm, _interval, interval, resample_indices
+    from eagle_mini.measure.intervals import Arm, interval_from_draws, interval, resample_indices
     if len(docs) < 2:
         raise EagleMiniError("a curve needs eval-head results at two training-token counts or more")
     docs = sorted(docs, key=lambda d: d.get("head_tokens_seen") or 0)
@@ -187,7 +187,7 @@ def tau_curve(docs: list[dict], goal: float | None = None) -> dict:
            "setting": {k: first[k] for k in ("prompts", "tree", "max_new_tokens")},
            "fit": {"form": "tau = intercept + per_doubling * log2(tokens)",
                    "intercept": float(a0),
-                   "per_doubling": _interval(float(b0), b, 0.95)}}
+                   "per_doubling": interval_from_draws(float(b0), b, 0.95)}}
     if goal is not None:
         def reach(a, b):   # tokens where the fit meets the goal; inf where it does not rise
             return torch.where(b > 0, torch.exp2((goal - a) / b.clamp(min=1e-12)),

@@ -60,7 +60,8 @@ def resample_indices(units: int, resamples: int = RESAMPLES, seed: int = 0) -> t
     return torch.randint(units, (resamples, units), generator=g)
 
 
-def _interval(estimate: float, draws: torch.Tensor, level: float) -> dict:
+def interval_from_draws(estimate: float, draws: torch.Tensor, level: float) -> dict:
+    """A percentile interval at `level` from bootstrap `draws` (non-finite draws dropped)."""
     draws = draws[torch.isfinite(draws)]
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=draws.dtype)
     low, high = torch.quantile(draws, q).tolist() if draws.numel() else (float("nan"),) * 2
@@ -71,7 +72,7 @@ def _interval(estimate: float, draws: torch.Tensor, level: float) -> dict:
 def interval(arm: Arm, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> dict:
     """Percentile bootstrap interval of `arm.estimate()`, resampling units."""
     idx = resample_indices(arm.units, resamples, seed)
-    return _interval(arm.estimate(), arm.per_seed(idx).mean(0), level)
+    return interval_from_draws(arm.estimate(), arm.per_seed(idx).mean(0), level)
 
 
 def paired_difference(a: Arm, b: Arm, resamples: int = RESAMPLES, seed: int = 0,
@@ -81,7 +82,7 @@ def paired_difference(a: Arm, b: Arm, resamples: int = RESAMPLES, seed: int = 0,
         raise ValueError(f"paired arms need the same units, got {a.units} and {b.units}")
     idx = resample_indices(a.units, resamples, seed)
     draws = b.per_seed(idx).mean(0) - a.per_seed(idx).mean(0)
-    return _interval(b.estimate() - a.estimate(), draws, level)
+    return interval_from_draws(b.estimate() - a.estimate(), draws, level)
 
 
 def excludes_zero(iv: dict) -> bool:

@@ -202,7 +202,7 @@ def first_differences(model_dir, dtype: str, generations: dict) -> dict:
 def greedy_summary(generations: dict) -> dict:
     """Per EAGLE method: prompts whose greedy output equals vanilla's, and the share of vanilla's
     tokens produced before the first difference."""
-    from eagle_mini.measure.bench import _common_prefix
+    from eagle_mini.measure.bench import common_prefix
     vanilla = generations[VANILLA]
     out = {}
     for m, outs in generations.items():
@@ -210,7 +210,7 @@ def greedy_summary(generations: dict) -> dict:
             continue
         out[m] = {"identical_prompts": sum(a == b for a, b in zip(outs, vanilla)),
                   "prompts": len(vanilla),
-                  "prefix_agreement": (sum(_common_prefix(a, b) for a, b in zip(outs, vanilla))
+                  "prefix_agreement": (sum(common_prefix(a, b) for a, b in zip(outs, vanilla))
                                        / max(sum(len(b) for b in vanilla), 1))}
     return out
 

@@ -118,11 +118,11 @@ def featurizer(target, dtype: str):
     give the same argmax at 98.5-99.3% of assistant tokens (`scripts/probe_training_speed.py`,
     EXPERIMENTS.md). Validation, evaluation and decoding keep the target's own dtype."""
     from transformers import AutoModelForCausalLM
-    from eagle_mini.models import _dtype
+    from eagle_mini.models import torch_dtype
     from eagle_mini.target import Target
-    if not dtype or _dtype(dtype) == target.model.dtype:
+    if not dtype or torch_dtype(dtype) == target.model.dtype:
         return target
-    model = AutoModelForCausalLM.from_config(target.config, dtype=_dtype(dtype),
+    model = AutoModelForCausalLM.from_config(target.config, dtype=torch_dtype(dtype),
                                              attn_implementation="sdpa")
     model.load_state_dict(target.model.state_dict())
     return Target(model.to(target.device).eval(), target.tokenizer, name=target.name)
