@@ -113,9 +113,9 @@ def validation_features(target, n: int, max_len: int, split: str = "validation",
 def featurizer(target, dtype: str):
     """The target itself, or a copy of it in `dtype` that makes the streamed training features.
 
-    On the course's CPU a bf16 copy featurizes SmolLM2-135M ~3x faster than fp32 (AMX); its
-    features differ from fp32 ones by ~0.02 on average (the training noise is U(-0.1, 0.1)) and
-    give the same argmax at 98.5-99.3% of assistant tokens (`scripts/probe_training_speed.py`,
+    On a CPU with bf16 units (AMX) a bf16 copy featurizes faster than fp32; its features differ
+    from fp32 ones by less than the training noise (`noise`) and give the same argmax at nearly
+    every assistant token (measured by `scripts/probe_training_speed.py`; see the head's
     EXPERIMENTS.md). Validation, evaluation and decoding keep the target's own dtype."""
     from transformers import AutoModelForCausalLM
     from eagle_mini.models import torch_dtype
