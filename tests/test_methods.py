@@ -99,7 +99,7 @@ def test_one_clock_for_every_method():
     a tokenizer that sleeps shows up in no method's seconds."""
     target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4)
     heads = {"eagle1": new_head(target), "eagle3": new_eagle3_head(target, warm_start=False)}
-    nap = 0.4
+    nap = 1.0
 
     def slow_chat_ids(prompt):
         time.sleep(nap)
