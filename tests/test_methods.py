@@ -17,9 +17,10 @@ from eagle_mini.tree import DynamicTree, Tree, parse_tree, tree_from_spec
 
 PACKAGE = pathlib.Path(eagle_mini.__file__).parent
 # Words that are method names and also another vocabulary's: "auto" is the automatic choice of a
-# setting (`--kernels auto`, `--mixed-precision auto`, a Jupyter option), "eagle3" a head kind
-# (`heads/eagle3.py`'s KIND). The check below skips these words in the modules that use them so.
-OTHER_VOCABULARY = {"auto": {"cli", "runtime/kernels.py", "training/commands.py",
+# setting (`--kernels auto`, `--exact auto`, `--mixed-precision auto`, a Jupyter option), "eagle3"
+# a head kind (`heads/eagle3.py`'s KIND). The check skips these words in the modules that use them
+# so.
+OTHER_VOCABULARY = {"auto": {"cli", "runtime/kernels.py", "runtime/exact.py", "training/commands.py",
                              "course/assignments.py"},
                     "eagle3": {"heads/eagle3.py"}}
 

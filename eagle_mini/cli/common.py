@@ -64,6 +64,15 @@ def add_target_args(p):
                         "vanilla in the same mode, up to ties (check-lossless it first)")
 
 
+def add_decode_target_args(p):
+    """The target's options for a command that decodes or times forwards, plus `--exact`."""
+    add_target_args(p)
+    p.add_argument("--exact", default="auto", choices=["auto", "on", "off"],
+                   help="batch-invariant verification (runtime/exact.py): every tree node's logits "
+                        "bit-identical to vanilla's one-token step, checked on this machine; auto: "
+                        "on in bf16/fp16, off in fp32 (default auto)")
+
+
 def add_head_args(p):
     p.add_argument("--head", default=None,
                    help="draft head directory (default: the shipped head for the target, if any)")
@@ -86,6 +95,11 @@ def load(args):
     from eagle_mini.runtime.kernels import use_kernels
     target = load_target(args.model, dtype=args.dtype, device=device, pack=args.kernels != "stock")
     use_kernels(target, args.kernels)
+    if getattr(args, "exact", None) is not None:   # only the decoding commands have --exact
+        from eagle_mini.runtime.exact import use_exact
+        record = use_exact(target, args.exact)
+        if record is not None:
+            print(record.line(), file=sys.stderr)
     return target
 
 

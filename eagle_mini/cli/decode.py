@@ -3,7 +3,7 @@ import json
 import sys
 from pathlib import Path
 
-from eagle_mini.cli.common import (add_head_args, add_target_args, command_line, fmt, head_for,
+from eagle_mini.cli.common import (add_decode_target_args, add_head_args, command_line, fmt, head_for,
                                    load, positive_int, refuse_ignored, tree_arg)
 from eagle_mini.errors import EagleMiniError
 
@@ -11,7 +11,7 @@ from eagle_mini.errors import EagleMiniError
 def add_generate(sub):
     from eagle_mini.methods import DECODERS, VANILLA
     g = sub.add_parser("generate", help="generate a chat answer and print it (or --json)")
-    add_target_args(g)
+    add_decode_target_args(g)
     g.add_argument("--prompt", required=True, help="user message (goes through the chat template)")
     g.add_argument("--max-new-tokens", type=positive_int, default=128)
     g.add_argument("--method", default=VANILLA, choices=DECODERS)
@@ -69,7 +69,7 @@ def _text_streamer(target):
 
 def add_profile_target(sub):
     p = sub.add_parser("profile-target", help="measure c(n)/c(1), the cost of verifying n tokens")
-    add_target_args(p)
+    add_decode_target_args(p)
     p.add_argument("--prefix-len", type=positive_int, default=200)
     p.add_argument("--repeats", type=positive_int, default=7)
     p.add_argument("--max-n", type=positive_int, default=64)
@@ -145,7 +145,7 @@ def cmd_prepare(args):
 
 def add_demo(sub):
     d = sub.add_parser("demo", help="the main job on the embedded default target")
-    add_target_args(d)
+    add_decode_target_args(d)
     d.add_argument("--prompt", default="Explain in three sentences why the sky is blue.")
     d.add_argument("--max-new-tokens", type=positive_int, default=96)
     add_head_args(d)
@@ -207,14 +207,16 @@ def demo_eagle_lines(target, head, args, tree, van, curve):
 def add_check_lossless(sub):
     c = sub.add_parser("check-lossless",
                        help="EAGLE greedy == vanilla greedy on many MT-bench prompts (writes JSON)")
-    add_target_args(c)
+    add_decode_target_args(c)
     add_head_args(c)
     c.add_argument("--n", type=positive_int, default=20, help="number of MT-bench prompts")
     c.add_argument("--max-new-tokens", type=positive_int, default=64)
     c.add_argument("--methods", default="eagle,eagle2")
     c.add_argument("--out", default=None, help="JSON path (default data/results/check_lossless"
                                                   ".json; with --matmul-precision high or medium, "
-                                                  "check_lossless_matmul_<precision>.json)")
+                                                  "check_lossless_matmul_<precision>.json; with "
+                                                  "--dtype bf16, check_lossless_bf16_exact.json, "
+                                                  "or _stock with --exact off)")
     c.set_defaults(handler=cmd_check_lossless)
 
 
@@ -230,7 +232,11 @@ def cmd_check_lossless(args):
                             args.max_new_tokens, tree=tree, log=print)
     from eagle_mini.runtime.precision import lossless_file
     result = {"command": command_line(), "head": note, **result}
-    out = Path(args.out or lossless_file(args.matmul_precision))
+    default = lossless_file(args.matmul_precision)
+    if args.dtype != "fp32":   # a reduced-precision check never replaces the fp32 reference file
+        exact = "exact" if (getattr(target, "exact", None) and target.exact.exact) else "stock"
+        default = default.replace(".json", f"_{args.dtype}_{exact}.json")
+    out = Path(args.out or default)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_json(result))
     print(f"all identical: {result['all_identical']}; wrote {out}")
@@ -241,7 +247,7 @@ def cmd_check_lossless(args):
 def add_bench(sub):
     from eagle_mini.methods import BENCH_DEFAULT
     b = sub.add_parser("bench", help="EAGLE vs vanilla, HF generate and prompt lookup, side by side")
-    add_target_args(b)
+    add_decode_target_args(b)
     b.add_argument("--head", default=None, help="draft head directory (default: shipped head)")
     b.add_argument("--methods", default=",".join(BENCH_DEFAULT),
                    help="comma-separated; eagle3 (needs an EAGLE-3 head) runs when named")

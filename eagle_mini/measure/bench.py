@@ -24,6 +24,7 @@ from eagle_mini.runtime.auto import choose_auto_tree, predict
 from eagle_mini.measure.evaluate import pooled_tau
 from eagle_mini.methods import AUTO, BENCH_DEFAULT, EAGLE2, METHOD_NAMES, VANILLA
 from eagle_mini.runtime.run import pick_head, run_method
+from eagle_mini.runtime.exact import exact_of
 from eagle_mini.runtime.kernels import kernels_note
 from eagle_mini.runtime.cost import cost_curve, pool_cost_curves
 from eagle_mini.results import machine_info, results_json
@@ -134,6 +135,7 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
               "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
               "head": head_note, "cost_curve": curve, "auto_tree": str(auto_tree),
               "auto_scores": auto_scores, "kernels": getattr(target, "kernels", None),
+              "exact": exact_of(target),
               "machine": machine_info(), "methods": {}}
     result["methods"] = _method_summaries(target, methods, prompts, rows, outputs, curve,
                                           temperature, auto_tree)

@@ -8,6 +8,7 @@ the outputs are identical and each method's tau (tokens per draft-verify cycle).
 from eagle_mini.data import evenly_spaced, mtbench_prompts
 from eagle_mini.measure.evaluate import pooled_tau
 from eagle_mini.methods import VANILLA
+from eagle_mini.runtime.exact import exact_of
 from eagle_mini.runtime.run import run_method
 from eagle_mini.results import machine_info
 
@@ -32,6 +33,7 @@ def check_lossless(target, head, methods, n: int = 20, max_new_tokens: int = 64,
             log(f"prompt {i:2d}: " + "  ".join(
                 f"{m} {'ok' if row[m]['identical'] else 'DIFFERS'} tau "
                 + ("n/a" if row[m]["tau"] is None else f"{row[m]['tau']:.2f}") for m in methods))
-    return {"target": target.name, "max_new_tokens": max_new_tokens, "all_identical": ok,
+    return {"target": target.name, "dtype": str(target.dtype).replace("torch.", ""),
+            "exact": exact_of(target), "max_new_tokens": max_new_tokens, "all_identical": ok,
             "tau": {m: pooled_tau(runs[m])[0] for m in methods}, "rows": rows,
             "machine": machine_info()}

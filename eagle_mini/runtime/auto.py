@@ -66,6 +66,8 @@ def auto_tree(target, head, curve=None, prompts=None):
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
     kernels = "packed" if is_packed(target.model) else "stock"
+    if getattr(getattr(target, "exact", None), "exact", False):
+        kernels += "-exact"   # exact verification has its own cost curve
     cpu = cpu_tag()  # the CPU changes between machines, and the curve with it
     name = (f"{target.name.replace('/', '_')}_{target.device.type}_{kernels}"
             f"_t{torch.get_num_threads()}_cpu{cpu}_{digest}.json")

@@ -1,0 +1,314 @@
+"""Exact verification: every node of a tree forward gets bit-identical logits to the one-token
+forward vanilla decoding makes at that node's position along its path (EAGLE §3.3 made literal).
+
+In reduced precision a stock tree forward is not *batch invariant*: a row's result depends on how
+many rows run beside it, so bf16 EAGLE can part from bf16 vanilla where two tokens nearly tie.
+Two places change the order of a reduction with the row count:
+
+* **attention**: a query among many masked queries is reduced differently from a query alone.
+  Here every query attends, through the same `scaled_dot_product_attention` call a one-token step
+  makes, to exactly its own keys: the cached prefix and its tree ancestors, in order (the keys a
+  one-token step at that node would see, already contiguous after cache compaction);
+* **linears**: a matmul's kernel may split its K reduction by the number of rows. A linear whose
+  rows come out the same for every row count is left alone; the others are summed over fixed
+  K-chunks, in fp32, in a fixed order (`FixedKLinear`), which vanilla then uses too.
+
+Which linears need the chunks depends on the CPU and its kernels, so `make_exact` measures each
+weight shape on the machine at hand, then checks a whole tree forward against one-token replays
+(`self_check`). Where invariance cannot be had it says why in one line and leaves the model as it
+was. Vanilla decoding on an exact target runs the same modules, so "exact vanilla" is the baseline
+EAGLE is compared with (`bench`), and the prefill, shared by both, stays one batched call.
+"""
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AttentionInterface
+
+from eagle_mini.errors import EagleMiniError
+from eagle_mini.models import cache_dir
+from eagle_mini.results import cpu_tag, results_json
+from eagle_mini.target import crop_cache
+from eagle_mini.tree import from_choices
+
+ATTENTION = "eagle_mini_exact"
+# `exact_attention`'s two ways: batched products over queries with as many keys (`single_queries`),
+# or, where those are not invariant, one `scaled_dot_product_attention` call per query.
+GROUPED, ALONE = "grouped by key count", "one query at a time"
+CHUNKS = (512, 256, 128)          # K-chunk sizes tried, largest (fewest extra ops) first
+ROW_COUNTS = (1, 2, 3, 4, 5, 6, 8, 11, 16, 26, 32, 60, 64)   # the tree sizes a forward may carry
+# The self-check's tree: siblings, a chain and both depths of branching, 9 nodes, 4 leaves.
+CHECK_CHOICES = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 0, 0]]
+
+
+def exact_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                    is_causal=None, **kwargs):
+    """HF attention function (query [b, h, q, d], key and value [b, kv_heads, k, d]). A prefill
+    (q > 1, no mask) is one causal call, shared by vanilla and EAGLE alike. Otherwise every query
+    is a single query over exactly the keys its mask row allows, in order (`single_queries`): a
+    one-token step is the case of one query over the whole cache."""
+    q, k = query.shape[2], key.shape[2]
+    if attention_mask is None and q > 1:
+        gqa = {"enable_gqa": True} if key.shape[1] != query.shape[1] else {}
+        causal = torch.ones(q, k, dtype=torch.bool, device=query.device).tril(k - q)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=causal, scale=scaling,
+                                             **gqa)
+        return out.transpose(1, 2).contiguous(), None
+    if attention_mask is None:
+        keys = torch.arange(k, device=key.device).view(1, k)
+    else:
+        allowed = attention_mask[0, 0] == 0 if attention_mask.dtype != torch.bool \
+            else attention_mask[0, 0]
+        keys = [row.nonzero().squeeze(1) for row in allowed]
+    if getattr(module.config, "exact_attention", GROUPED) == ALONE:
+        out = torch.cat([F.scaled_dot_product_attention(
+            query[:, :, i:i + 1], key.index_select(2, idx), value.index_select(2, idx),
+            scale=scaling, enable_gqa=key.shape[1] != query.shape[1]) for i, idx in enumerate(keys)],
+            dim=2)
+    else:
+        out = single_queries(query, key, value, keys, scaling or query.shape[-1] ** -0.5)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def single_queries(query, key, value, keys, scale: float):
+    """Each query i alone over `keys[i]` (key indices in order), batch 1. Queries whose key lists
+    have the same length run together, one batched product per step: for each key-value head
+    and query, a [g, d] x [d, n] product (g: the query heads sharing that key-value head), softmax
+    in fp32 over its own n keys, then [g, n] x [n, d]. A one-token step is one such query."""
+    _, h, q, d = query.shape
+    kv_heads = key.shape[1]
+    g = h // kv_heads
+    out = torch.empty(q, h, d, dtype=query.dtype, device=query.device)
+    by_length = {}
+    for i, idx in enumerate(keys):
+        by_length.setdefault(len(idx), []).append(i)
+    for rows in by_length.values():
+        idx = torch.stack([keys[i] for i in rows])                         # [r, n]
+        k, v = key[0][:, idx], value[0][:, idx]                           # [kv, r, n, d]
+        qs = query[0][:, rows].view(kv_heads, g, len(rows), d).transpose(1, 2)   # [kv, r, g, d]
+        scores = torch.matmul(qs, k.transpose(-1, -2)).float() * scale    # [kv, r, g, n]
+        p = torch.softmax(scores, dim=-1).to(v.dtype)
+        o = torch.matmul(p, v)                                            # [kv, r, g, d]
+        out[rows] = o.permute(1, 0, 2, 3).reshape(len(rows), h, d)
+    return out.transpose(0, 1).unsqueeze(0)                               # batch, heads, q, d
+
+
+AttentionInterface.register(ATTENTION, exact_attention)
+
+
+class FixedKLinear(nn.Module):
+    """A linear whose every output row is reduced in the same order whatever the row count: the K
+    dimension in fixed chunks of `chunk`, each chunk's product in the weight's dtype, summed in
+    fp32 from the first chunk to the last, then cast back (bias added last, in fp32)."""
+
+    def __init__(self, linear: nn.Linear, chunk: int):
+        super().__init__()
+        self.weight, self.bias, self.chunk = linear.weight, linear.bias, chunk
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x):
+        total = None
+        for start in range(0, self.in_features, self.chunk):
+            part = F.linear(x[..., start:start + self.chunk],
+                            self.weight[:, start:start + self.chunk]).float()
+            total = part if total is None else total + part
+        if self.bias is not None:
+            total = total + self.bias.float()
+        return total.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, chunk={self.chunk}"
+
+
+class RowByRowLinear(FixedKLinear):
+    """The last resort: every row its own one-row product, as a one-token step computes it. Exact
+    by construction, but it reads the weight once per row, so verifying n tokens costs about n
+    one-token products of this linear (`ExactRecord.line` says so)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear, chunk=linear.in_features)
+
+    def forward(self, x):
+        rows = x.reshape(-1, self.in_features)
+        out = torch.cat([F.linear(rows[i:i + 1], self.weight, self.bias) for i in range(len(rows))])
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+ROW_BY_ROW = -1   # `chunked` value of a linear that runs `RowByRowLinear`
+
+
+def row_invariant(fn, in_features: int, dtype, device, rows=ROW_COUNTS, seed: int = 0) -> bool:
+    """Whether `fn` (a linear) gives every row the same bits for each row count in `rows`: row i
+    of an n-row product against row i alone."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(max(rows), in_features, generator=g).to(device, dtype)
+    alone = torch.cat([fn(x[i:i + 1]) for i in range(max(rows))])
+    return all(torch.equal(fn(x[:n]), alone[:n]) for n in rows)
+
+
+@dataclass
+class ExactRecord:
+    """What `make_exact` did and found: `exact` (the self-check passed), `why` (one line),
+    `chunked` ({shape "KxN": chunk} for the linears that needed fixed K-chunks), `how` (measured
+    now, or read from this machine's cache)."""
+    exact: bool
+    why: str
+    chunked: dict = field(default_factory=dict)
+    attention: str = GROUPED
+    how: str = "measured now"
+
+    def line(self) -> str:
+        """One line for a command's header."""
+        if not self.exact:
+            return f"exact verification OFF: {self.why} (outputs equal vanilla's up to near-ties)"
+        chunks = ", ".join(f"{s} row by row (slow)" if c == ROW_BY_ROW else f"{s} in K-chunks of {c}"
+                           for s, c in self.chunked.items()) or "none"
+        return (f"exact verification on ({self.why}; attention {self.attention}; linears chunked: "
+                f"{chunks}; {self.how})")
+
+
+def linear_modules(model) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """(parent, attribute, linear) for every nn.Linear of the model, lm_head included."""
+    return [(parent, name, child) for parent in model.modules()
+            for name, child in parent.named_children() if isinstance(child, nn.Linear)]
+
+
+def chunk_for(linear: nn.Linear, rows=ROW_COUNTS) -> int | None:
+    """0 when the linear is row invariant as it is, else the largest chunk of `CHUNKS` that makes
+    it so, else `ROW_BY_ROW`."""
+    w = linear.weight
+    with torch.no_grad():
+        if row_invariant(linear, linear.in_features, w.dtype, w.device, rows):
+            return 0
+        for chunk in CHUNKS:
+            if chunk < linear.in_features and row_invariant(
+                    FixedKLinear(linear, chunk), linear.in_features, w.dtype, w.device, rows):
+                return chunk
+    return ROW_BY_ROW
+
+
+def shape_of(linear) -> str:
+    return f"{linear.in_features}x{linear.out_features}"
+
+
+def measure_chunks(model, rows=ROW_COUNTS) -> dict:
+    """{shape: chunk} for every linear shape of the model (0: invariant as it is)."""
+    chunks = {}
+    for _, _, linear in linear_modules(model):
+        if shape_of(linear) not in chunks:
+            chunks[shape_of(linear)] = chunk_for(linear, rows)
+    return chunks
+
+
+def apply(target, chunked: dict, attention: str = GROUPED) -> None:
+    """Route the target through exact attention (`attention`: `GROUPED` or `ALONE`) and its
+    `chunked` linears through `FixedKLinear`."""
+    for parent, name, linear in linear_modules(target.model):
+        chunk = chunked.get(shape_of(linear))
+        if chunk:
+            exact = RowByRowLinear(linear) if chunk == ROW_BY_ROW else FixedKLinear(linear, chunk)
+            setattr(parent, name, exact)
+    target.model.set_attn_implementation(ATTENTION)
+    target.model.config.exact_attention = attention
+
+
+def restore(target, attention: str = "sdpa") -> None:
+    """Undo `apply`: every `FixedKLinear` back to its linear, `attention` back in place."""
+    for parent in target.model.modules():
+        for name, child in list(parent.named_children()):
+            if isinstance(child, FixedKLinear):
+                linear = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                   device="meta")
+                linear.weight, linear.bias = child.weight, child.bias
+                setattr(parent, name, linear)
+    target.model.set_attn_implementation(attention)
+    target.exact = None
+
+
+def make_exact(target, rows=ROW_COUNTS, check: bool = True) -> ExactRecord:
+    """Make `target`'s forwards batch invariant (see the module's docstring), measured on this
+    machine, then self-check a tree forward; on failure the model is left as it was and the record
+    says why. The record is kept as `target.exact`."""
+    previous = target.model.config._attn_implementation
+    chunked = {s: c for s, c in measure_chunks(target.model, rows).items() if c}
+    for attention in (GROUPED, ALONE):   # the faster way first
+        apply(target, chunked, attention)
+        ok, why = self_check(target) if check else (True, "not self-checked")
+        if ok:
+            break
+    record = ExactRecord(ok, why, chunked if ok else {}, attention)
+    if not ok:
+        restore(target, previous)
+    target.exact = record
+    return record
+
+
+def use_exact(target, mode: str = "auto") -> ExactRecord | None:
+    """`--exact`: "on" makes the target exact (`make_exact`), "auto" does so in reduced precision
+    (where stock trees part from vanilla at near-ties), "off" leaves it stock. The finding is cached
+    per target, dtype, CPU model, thread count and versions, like the kernel choice."""
+    if mode not in ("auto", "on", "off"):
+        raise EagleMiniError(f"--exact must be auto, on or off, got {mode!r}")
+    if mode == "off" or (mode == "auto" and target.dtype == torch.float32):
+        target.exact = None
+        return None
+    path = record_path(target)
+    if path.exists():
+        saved = json.loads(path.read_text())
+        record = ExactRecord(**{**saved, "how": f"checked earlier here ({path.name})"})
+        if record.exact:
+            apply(target, record.chunked, record.attention)
+        target.exact = record
+        return record
+    record = make_exact(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(results_json({k: v for k, v in asdict(record).items() if k != "how"}, indent=2))
+    return record
+
+
+def exact_of(target) -> dict | None:
+    """What a results file records of the target's exact mode: the record, or None when off."""
+    record = getattr(target, "exact", None)
+    return None if record is None else asdict(record)
+
+
+def record_path(target) -> Path:
+    """Where this machine's finding for `target` is cached."""
+    from eagle_mini import __version__
+    name = (f"{target.name.replace('/', '_').replace(':', '_')}_{str(target.dtype)[6:]}"
+            f"_{target.device.type}_t{torch.get_num_threads()}_cpu{cpu_tag()}"
+            f"_torch{torch.__version__.split('+')[0]}_v{__version__}.json")
+    return cache_dir() / "exact" / name
+
+
+@torch.no_grad()
+def self_check(target, prefix_len: int = 48, seed: int = 0) -> tuple[bool, str]:
+    """A tree forward (`CHECK_CHOICES`) over a random prefix against one-token replays of every
+    root-to-leaf path: (every node's logits bit-identical, one line saying so or where they part)."""
+    tree = from_choices(CHECK_CHOICES)
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, target.vocab_size, (prefix_len,), generator=g).tolist()
+    tokens = torch.randint(0, target.vocab_size, (tree.num_nodes,), generator=g)
+    cache = target.new_cache()
+    target.forward(prefix, cache, all_logits=False)
+    logits = target.forward(tokens, cache, positions=tree.positions(prefix_len),
+                            tree_mask=tree.mask).logits
+    crop_cache(cache, prefix_len)
+    for path in tree.retrieve_paths.tolist():
+        path = [node for node in path if node >= 0]
+        for node, replay in zip(path, replay_path(target, cache, tokens[path].tolist())):
+            if not torch.equal(replay, logits[node]):
+                gap = (replay - logits[node]).abs().max().item()
+                return False, (f"not exact on this machine: node {node} of a {tree.num_nodes}-node "
+                               f"tree differs from its one-token replay by up to {gap:.3g}")
+        crop_cache(cache, prefix_len)
+    return True, f"{tree.num_nodes} tree nodes bit-identical to their one-token replays"
+
+
+def replay_path(target, cache, path: list[int]) -> list[torch.Tensor]:
+    """The logits vanilla decoding computes along `path` over `cache`: one one-token forward per
+    token, as `generate_vanilla` steps."""
+    return [target.forward([token], cache).logits[-1] for token in path]

@@ -1,0 +1,153 @@
+"""Exact verification (`runtime/exact.py`): every tree node's logits bit-identical to vanilla's
+one-token step at that node, so EAGLE in bf16 is token-identical to vanilla in bf16.
+
+The oracle is vanilla decoding itself: a prefill of the prefix, then one one-token forward per
+token of the node's path. Where this machine cannot make a forward batch invariant, `make_exact`
+says why and the bitwise tests skip with that reason."""
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from eagle_mini import default_head, tiny_target
+from eagle_mini.decode import generate
+from eagle_mini.heads.eagle1 import new_head
+from eagle_mini.runtime.auto import auto_tree
+from eagle_mini.runtime.cost import cost_curve
+from eagle_mini.runtime.exact import (FixedKLinear, make_exact, replay_path, restore,
+                                      row_invariant, use_exact)
+from eagle_mini.runtime.run import run_method
+from eagle_mini.target import crop_cache, keep_cache_entries
+from eagle_mini.tree import DynamicTree, from_parents
+
+
+def test_row_invariance_check_finds_a_planted_row_count_dependence():
+    rowwise = lambda x: x[:, :8] * 2.0 + 1.0               # noqa: E731  each row on its own
+    assert row_invariant(rowwise, 16, torch.float32, "cpu", rows=(1, 2, 5))
+    leaky = lambda x: rowwise(x) + 1e-3 * x.shape[0]        # noqa: E731  depends on the row count
+    assert not row_invariant(leaky, 16, torch.float32, "cpu", rows=(1, 2, 5))
+
+
+def test_fixed_k_linear_computes_the_linear():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(1536, 64).to(torch.bfloat16)
+    x = torch.randn(5, 1536).to(torch.bfloat16)
+    chunked = FixedKLinear(lin, 512)
+    assert torch.allclose(chunked(x).float(), lin(x).float(), atol=0.05, rtol=0.02)
+    assert chunked(x).dtype == torch.bfloat16
+
+
+def random_tree(rng: random.Random, n: int):
+    """A random tree of n nodes: each node's parent among the earlier nodes, depths sorted."""
+    parents, depth = [-1], [0]
+    for _ in range(n - 1):
+        p = rng.randrange(len(parents))
+        parents.append(p)
+        depth.append(depth[p] + 1)
+    order = sorted(range(n), key=lambda i: (depth[i], i))
+    new = {old: k for k, old in enumerate(order)}
+    return from_parents([-1] + [new[parents[old]] for old in order[1:]])
+
+
+def assert_tree_cycles_equal_replays(target, prefix_len=120, cycles=4, seed=0):
+    """Random trees over a long prefix, cycle after cycle with the cache compacted to a random
+    accepted path: every node's logits equal vanilla's one-token replay of its path, bitwise."""
+    rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+    done = torch.randint(0, target.vocab_size, (prefix_len,), generator=g).tolist()
+    cache = target.new_cache()
+    target.forward(done, cache, all_logits=False)
+    for cycle in range(cycles):
+        tree = random_tree(rng, rng.randint(2, 20))
+        tokens = torch.randint(0, target.vocab_size, (tree.num_nodes,), generator=g)
+        start = cache.get_seq_length()
+        logits = target.forward(tokens, cache, positions=tree.positions(start),
+                                tree_mask=tree.mask).logits
+        replay = target.new_cache()
+        target.forward(done[:prefix_len], replay, all_logits=False)
+        replay_path(target, replay, done[prefix_len:])   # the earlier cycles, one token a step
+        for node in range(tree.num_nodes):
+            path = tree.mask[node].nonzero().squeeze(1)
+            got = replay_path(target, replay, tokens[path].tolist())[-1]
+            assert torch.equal(got, logits[node]), f"cycle {cycle}, node {node} of {tree.num_nodes}"
+            crop_cache(replay, len(done))
+        accepted = tree.mask[rng.randrange(tree.num_nodes)].nonzero().squeeze(1)
+        keep_cache_entries(cache, start, accepted)
+        done += tokens[accepted].tolist()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_tiny_tree_forwards_equal_their_one_token_replays(dtype):
+    target = tiny_target("llama", seed=0, dtype=dtype, vocab_size=96, hidden_size=64,
+                         intermediate_size=1536, num_hidden_layers=2)
+    record = make_exact(target)
+    if not record.exact:
+        pytest.skip(record.why)
+    assert_tree_cycles_equal_replays(target)
+    restore(target)
+    assert target.model.config._attn_implementation == "sdpa" and target.exact is None
+
+
+@pytest.fixture(scope="module")
+def smollm_bf16():
+    from eagle_mini import load_target
+    torch.set_num_threads(2)
+    target = load_target("smollm2-135m", dtype="bf16")
+    record = use_exact(target, "on")
+    return target, record
+
+
+def test_the_embedded_target_in_bf16_verifies_trees_exactly(smollm_bf16):
+    target, record = smollm_bf16
+    if not record.exact:
+        pytest.skip(record.why)
+    assert_tree_cycles_equal_replays(target, prefix_len=200, cycles=3)
+
+
+def test_greedy_bf16_eagle_equals_bf16_vanilla_for_every_method(smollm_bf16, mt_prompts):
+    """chain, the EAGLE-1 tree, EAGLE-2, `auto` (its tree measured here) and EAGLE-3: the same
+    tokens as vanilla in the same precision, on prompts of two kinds."""
+    target, record = smollm_bf16
+    if not record.exact:
+        pytest.skip(record.why)
+    heads = {"eagle1": default_head(target)[0], "eagle3": default_head(target, kind="eagle3")[0]}
+    curve = cost_curve(target, ns=(1, 2, 4, 8, 16), repeats=1, progress=False)
+    tree = auto_tree(target, heads["eagle1"], curve=curve, prompts=[mt_prompts[0]])
+    for prompt in (mt_prompts[0], mt_prompts[-1]):
+        vanilla = run_method(target, heads, "vanilla", prompt, 40).output_ids
+        for name in ("eagle-chain", "eagle", "eagle2", "auto", "eagle3"):
+            gen = run_method(target, heads, name, prompt, 40, tree=tree if name == "auto" else None)
+            assert gen.output_ids == vanilla, name
+
+
+def test_sampling_stays_lossless_in_exact_mode():
+    """The chi-square test of `test_lossless_sampling` on an exact target: EAGLE-1 and EAGLE-2
+    trees at T = 1 against the exact joint law of tokens 2-4."""
+    from test_lossless_sampling import (PROMPT, SAMPLES, WARPS, chi_square_pvalue, close_head,
+                                        exact_joint, make_target)
+    torch.set_num_threads(1)
+    target = make_target()
+    record = make_exact(target)
+    if not record.exact:
+        pytest.skip(record.why)
+    law = exact_joint(target, PROMPT, 4, *WARPS["T=1"]).sum(0)
+    head = close_head(target)
+    for tree in ("eagle1", DynamicTree(total_tokens=8, depth=3, topk=3)):
+        tokens = [generate(target, head, PROMPT, max_new_tokens=5, temperature=1.0, tree=tree,
+                           seed=seed).output_ids[1:4] for seed in range(SAMPLES)]
+        assert chi_square_pvalue(tokens, law) > 1e-3, tree
+    assert np.isfinite(law).all()
+
+
+def test_exact_mode_is_chosen_by_dtype_and_said_in_one_line():
+    fp32 = tiny_target("llama", seed=0, vocab_size=64)
+    assert use_exact(fp32, "auto") is None and fp32.exact is None
+    bf16 = tiny_target("llama", seed=0, dtype="bf16", vocab_size=64)
+    record = make_exact(bf16)
+    line = record.line()
+    assert "\n" not in line and line.startswith("exact verification")
+    with pytest.raises(Exception, match="--exact must be auto, on or off"):
+        use_exact(bf16, "sometimes")
+    unused = new_head(bf16)   # a head attaches to an exact target like to any other
+    assert unused is not None
