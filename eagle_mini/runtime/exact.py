@@ -87,7 +87,10 @@ def single_queries(query, key, value, keys, scale: float):
         by_length.setdefault(len(idx), []).append(i)
     for rows in by_length.values():
         idx = torch.stack([keys[i] for i in rows])                         # [r, n]
-        k, v = key[0][:, idx], value[0][:, idx]                           # [kv, r, n, d]
+        if len(rows) == 1 and len(idx[0]) == key.shape[2]:   # the whole cache: a view, as laid out
+            k, v = key[0].unsqueeze(1), value[0].unsqueeze(1)                # [kv, 1, n, d]
+        else:
+            k, v = key[0][:, idx], value[0][:, idx]                       # [kv, r, n, d]
         qs = query[0][:, rows].view(kv_heads, g, len(rows), d).transpose(1, 2)   # [kv, r, g, d]
         scores = torch.matmul(qs, k.transpose(-1, -2)).float() * scale    # [kv, r, g, n]
         p = torch.softmax(scores, dim=-1).to(v.dtype)
