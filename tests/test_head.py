@@ -303,3 +303,13 @@ def test_a_checkpoint_that_is_not_a_state_dict_is_refused(llama, tmp_path, obj):
     with pytest.raises(EagleMiniError, match="not a .*state dict"):
         load_official(d, llama)
     assert UNPICKLED == []
+
+
+def test_default_head_finds_the_shipped_heads(smollm):
+    """The shipped heads are found wherever the package's files sit (a move of `heads` once made
+    `SHIPPED` point one folder too shallow, and every caller got a random head)."""
+    from eagle_mini.heads import SHIPPED, default_head, head_kind
+    assert (SHIPPED / "smollm2-135m" / "config.json").is_file()
+    for kind in ("eagle1", "eagle3"):
+        head, note = default_head(smollm, kind=kind)
+        assert note.startswith("shipped") and head_kind(head) == kind, note
