@@ -6,9 +6,10 @@ many rows run beside it, so bf16 EAGLE can part from bf16 vanilla where two toke
 Two places change the order of a reduction with the row count:
 
 * **attention**: a query among many masked queries is reduced differently from a query alone.
-  Here every query attends, through the same `scaled_dot_product_attention` call a one-token step
-  makes, to exactly its own keys: the cached prefix and its tree ancestors, in order (the keys a
-  one-token step at that node would see, already contiguous after cache compaction);
+  Here every query attends, by the same computation a one-token step makes (`single_queries`, or
+  one `scaled_dot_product_attention` call per query where batched products are not invariant), to
+  exactly its own keys: the cached prefix and its tree ancestors, in order (the keys a one-token
+  step at that node would see, contiguous after cache compaction);
 * **linears**: a matmul's kernel may split its K reduction by the number of rows. A linear whose
   rows come out the same for every row count is left alone; the others are summed over fixed
   K-chunks, in fp32, in a fixed order (`FixedKLinear`), which vanilla then uses too.
@@ -17,7 +18,8 @@ Which linears need the chunks depends on the CPU and its kernels, so `make_exact
 weight shape on the machine at hand, then checks a whole tree forward against one-token replays
 (`self_check`). Where invariance cannot be had it says why in one line and leaves the model as it
 was. Vanilla decoding on an exact target runs the same modules, so "exact vanilla" is the baseline
-EAGLE is compared with (`bench`), and the prefill, shared by both, stays one batched call.
+EAGLE is compared with, and the prefill, shared by both, stays one batched call. What the mode
+costs is measured by `profile-target --exact on` against `--exact off`.
 """
 import json
 from dataclasses import asdict, dataclass, field
