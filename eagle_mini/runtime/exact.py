@@ -22,6 +22,7 @@ EAGLE is compared with, and the prefill, shared by both, stays one batched call.
 costs is measured by `profile-target --exact on` against `--exact off`.
 """
 import json
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -62,9 +63,7 @@ def exact_attention(module, query, key, value, attention_mask, dropout=0.0, scal
     if attention_mask is None:
         keys = torch.arange(k, device=key.device).view(1, k)
     else:
-        allowed = attention_mask[0, 0] == 0 if attention_mask.dtype != torch.bool \
-            else attention_mask[0, 0]
-        keys = [row.nonzero().squeeze(1) for row in allowed]
+        keys = keys_of(attention_mask)
     if getattr(module.config, "exact_attention", GROUPED) == ALONE:
         out = torch.cat([F.scaled_dot_product_attention(
             query[:, :, i:i + 1], key.index_select(2, idx), value.index_select(2, idx),
@@ -73,6 +72,21 @@ def exact_attention(module, query, key, value, attention_mask, dropout=0.0, scal
     else:
         out = single_queries(query, key, value, keys, scaling or query.shape[-1] ** -0.5)
     return out.transpose(1, 2).contiguous(), None
+
+
+_LAST_MASK = [None, None]   # (weak reference to a mask, its key lists): every layer gets one mask
+
+
+def keys_of(attention_mask) -> list[torch.Tensor]:
+    """Each query's allowed key indices, in order, from a 4-D mask (additive, 0 = allowed, or
+    bool). HF hands every layer the same mask tensor, so the lists are made once per forward."""
+    if _LAST_MASK[0] is not None and _LAST_MASK[0]() is attention_mask:
+        return _LAST_MASK[1]
+    rows = attention_mask[0, 0]
+    allowed = rows if rows.dtype == torch.bool else rows == 0
+    keys = [row.nonzero().squeeze(1) for row in allowed]
+    _LAST_MASK[:] = [weakref.ref(attention_mask), keys]
+    return keys
 
 
 def single_queries(query, key, value, keys, scale: float):
