@@ -6,10 +6,12 @@ many rows run beside it, so bf16 EAGLE can part from bf16 vanilla where two toke
 Two places change the order of a reduction with the row count:
 
 * **attention**: a query among many masked queries is reduced differently from a query alone.
-  Here every query attends, by the same computation a one-token step makes (`single_queries`, or
-  one `scaled_dot_product_attention` call per query where batched products are not invariant), to
-  exactly its own keys: the cached prefix and its tree ancestors, in order (the keys a one-token
-  step at that node would see, contiguous after cache compaction);
+  Here every query attends, by the same computation a one-token step makes, to exactly its own
+  keys: the cached prefix and its tree ancestors, in order (the keys a one-token step at that node
+  would see, contiguous after cache compaction). The fast way cuts those keys into blocks at fixed
+  places and reduces them in a fixed order, the cache's blocks shared by all queries
+  (`blocks.blocked`); where this machine's products defeat it, queries with as many keys run
+  together (`single_queries`), or each runs alone through `scaled_dot_product_attention`;
 * **linears**: a matmul's kernel may split its K reduction by the number of rows. A linear whose
   rows come out the same for every row count is left alone; the others are summed over fixed
   K-chunks, in fp32, in a fixed order (`FixedKLinear`), which vanilla then uses too.
@@ -21,7 +23,9 @@ was. Vanilla decoding on an exact target runs the same modules, so "exact vanill
 EAGLE is compared with, and the prefill, shared by both, stays one batched call. What the mode
 costs is measured by `profile-target --exact on` against `--exact off`.
 """
+import hashlib
 import json
+import sys
 import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,13 +38,15 @@ from transformers import AttentionInterface
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.models import cache_dir
 from eagle_mini.results import cpu_tag, results_json
+from eagle_mini.runtime.blocks import BLOCK, blocked, min_rows, plan_of
 from eagle_mini.target import crop_cache
 from eagle_mini.tree import from_choices
 
 ATTENTION = "eagle_mini_exact"
-# `exact_attention`'s two ways: batched products over queries with as many keys (`single_queries`),
-# or, where those are not invariant, one `scaled_dot_product_attention` call per query.
-GROUPED, ALONE = "grouped by key count", "one query at a time"
+# `exact_attention`'s three ways, fastest first: every query over fixed blocks of its keys, merged in
+# a fixed order (`blocked`); batched products over queries with as many keys (`single_queries`); or,
+# where neither is invariant, one `scaled_dot_product_attention` call per query.
+BLOCKS, GROUPED, ALONE = "fixed key blocks", "grouped by key count", "one query at a time"
 CHUNKS = (512, 256, 128)          # K-chunk sizes tried, largest (fewest extra ops) first
 ROW_COUNTS = (1, 2, 3, 4, 5, 6, 8, 11, 16, 26, 32, 60, 64)   # the tree sizes a forward may carry
 # The self-check's tree: siblings, a chain and both depths of branching, 9 nodes, 4 leaves.
@@ -51,26 +57,31 @@ def exact_attention(module, query, key, value, attention_mask, dropout=0.0, scal
                     is_causal=None, **kwargs):
     """HF attention function (query [b, h, q, d], key and value [b, kv_heads, k, d]). A prefill
     (q > 1, no mask) is one causal call, shared by vanilla and EAGLE alike. Otherwise every query
-    is a single query over exactly the keys its mask row allows, in order (`single_queries`): a
-    one-token step is the case of one query over the whole cache."""
+    is a single query over exactly the keys its mask row allows, in order: a one-token step is the
+    case of one query over the whole cache. Three ways compute that (`make_exact` takes the first
+    that passes its self-check): `BLOCKS` (`blocked`), `GROUPED` (`single_queries`), `ALONE`."""
     q, k = query.shape[2], key.shape[2]
+    scale = scaling or query.shape[-1] ** -0.5
     if attention_mask is None and q > 1:
         gqa = {"enable_gqa": True} if key.shape[1] != query.shape[1] else {}
         causal = torch.ones(q, k, dtype=torch.bool, device=query.device).tril(k - q)
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=causal, scale=scaling,
                                              **gqa)
         return out.transpose(1, 2).contiguous(), None
-    if attention_mask is None:
-        keys = torch.arange(k, device=key.device).view(1, k)
-    else:
-        keys = keys_of(attention_mask)
-    if getattr(module.config, "exact_attention", GROUPED) == ALONE:
+    way = getattr(module.config, "exact_attention", GROUPED)
+    plan = plan_of(attention_mask, q, k, query.device) if way == BLOCKS else None
+    if plan is not None:
+        out = blocked(query[0], key[0], value[0], plan, scale, module.config.exact_rows)
+        return out.transpose(0, 1).unsqueeze(0), None
+    keys = (torch.arange(k, device=key.device).view(1, k) if attention_mask is None
+            else keys_of(attention_mask))
+    if way == ALONE:
         out = torch.cat([F.scaled_dot_product_attention(
             query[:, :, i:i + 1], key.index_select(2, idx), value.index_select(2, idx),
             scale=scaling, enable_gqa=key.shape[1] != query.shape[1]) for i, idx in enumerate(keys)],
             dim=2)
     else:
-        out = single_queries(query, key, value, keys, scaling or query.shape[-1] ** -0.5)
+        out = single_queries(query, key, value, keys, scale)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -118,37 +129,48 @@ def single_queries(query, key, value, keys, scale: float):
 AttentionInterface.register(ATTENTION, exact_attention)
 
 
-class FixedKLinear(nn.Module):
-    """A linear whose every output row is reduced in the same order whatever the row count: the K
-    dimension in fixed chunks of `chunk`, each chunk's product in the weight's dtype, summed in
-    fp32 from the first chunk to the last, then cast back (bias added last, in fp32)."""
+class ExactLinear(nn.Module):
+    """What replaces an `nn.Linear` in exact mode: it keeps the weight and bias (`restore` puts
+    them back in an `nn.Linear`)."""
 
-    def __init__(self, linear: nn.Linear, chunk: int):
+    def __init__(self, linear: nn.Linear):
         super().__init__()
-        self.weight, self.bias, self.chunk = linear.weight, linear.bias, chunk
+        self.weight, self.bias = linear.weight, linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
+
+class FixedKLinear(ExactLinear):
+    """A linear whose every output row is reduced in the same order whatever the row count: the K
+    dimension cut into fixed chunks of `chunk` (the last one padded with zeros), all chunks'
+    products in one batched call in the weight's dtype, summed in fp32 from the first chunk to the
+    last, then cast back (bias added last, in fp32). The chunked weight is laid out once."""
+
+    def __init__(self, linear: nn.Linear, chunk: int):
+        super().__init__(linear)
+        self.chunk, self.chunks = chunk, -(-self.in_features // chunk)
+        with torch.no_grad():
+            w = F.pad(linear.weight, (0, self.chunks * chunk - self.in_features))
+            self.register_buffer("by_chunk", w.view(self.out_features, self.chunks, chunk)
+                                 .permute(1, 2, 0).contiguous(), persistent=False)
+
     def forward(self, x):
-        total = None
-        for start in range(0, self.in_features, self.chunk):
-            part = F.linear(x[..., start:start + self.chunk],
-                            self.weight[:, start:start + self.chunk]).float()
-            total = part if total is None else total + part
+        rows = x.reshape(-1, self.in_features)
+        if self.chunks * self.chunk != self.in_features:
+            rows = F.pad(rows, (0, self.chunks * self.chunk - self.in_features))
+        parts = torch.bmm(rows.view(-1, self.chunks, self.chunk).transpose(0, 1), self.by_chunk)
+        total = parts.float().sum(0)                                  # [rows, out], chunk by chunk
         if self.bias is not None:
             total = total + self.bias.float()
-        return total.to(x.dtype)
+        return total.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, chunk={self.chunk}"
 
 
-class RowByRowLinear(FixedKLinear):
+class RowByRowLinear(ExactLinear):
     """The last resort: every row its own one-row product, as a one-token step computes it. Exact
     by construction, but it reads the weight once per row, so verifying n tokens costs about n
     one-token products of this linear (`ExactRecord.line` says so)."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__(linear, chunk=linear.in_features)
 
     def forward(self, x):
         rows = x.reshape(-1, self.in_features)
@@ -177,6 +199,7 @@ class ExactRecord:
     why: str
     chunked: dict = field(default_factory=dict)
     attention: str = GROUPED
+    rows: int = 0          # `BLOCKS`: products padded to at least this many rows (`min_rows`)
     how: str = "measured now"
 
     def line(self) -> str:
@@ -222,9 +245,9 @@ def measure_chunks(model, rows=ROW_COUNTS) -> dict:
     return chunks
 
 
-def apply(target, chunked: dict, attention: str = GROUPED) -> None:
-    """Route the target through exact attention (`attention`: `GROUPED` or `ALONE`) and its
-    `chunked` linears through `FixedKLinear`."""
+def apply(target, chunked: dict, attention: str = GROUPED, rows: int = 0) -> None:
+    """Route the target through exact attention (`attention`: `BLOCKS` with products of at least
+    `rows` rows, `GROUPED` or `ALONE`) and its `chunked` linears through `FixedKLinear`."""
     for parent, name, linear in linear_modules(target.model):
         chunk = chunked.get(shape_of(linear))
         if chunk:
@@ -232,13 +255,14 @@ def apply(target, chunked: dict, attention: str = GROUPED) -> None:
             setattr(parent, name, exact)
     target.model.set_attn_implementation(ATTENTION)
     target.model.config.exact_attention = attention
+    target.model.config.exact_rows = rows
 
 
 def restore(target, attention: str = "sdpa") -> None:
-    """Undo `apply`: every `FixedKLinear` back to its linear, `attention` back in place."""
+    """Undo `apply`: every `ExactLinear` back to its linear, `attention` back in place."""
     for parent in target.model.modules():
         for name, child in list(parent.named_children()):
-            if isinstance(child, FixedKLinear):
+            if isinstance(child, ExactLinear):
                 linear = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
                                    device="meta")
                 linear.weight, linear.bias = child.weight, child.bias
@@ -253,12 +277,17 @@ def make_exact(target, rows=ROW_COUNTS, check: bool = True) -> ExactRecord:
     says why. The record is kept as `target.exact`."""
     previous = target.model.config._attn_implementation
     chunked = {s: c for s, c in measure_chunks(target.model, rows).items() if c}
-    for attention in (GROUPED, ALONE):   # the faster way first
-        apply(target, chunked, attention)
+    config = target.model.config
+    least = min_rows(getattr(config, "head_dim", None)
+                     or config.hidden_size // config.num_attention_heads, target.device)
+    ways = ((BLOCKS,) if least else ()) + (GROUPED, ALONE)   # the fastest first
+    for attention in ways:
+        apply(target, chunked, attention, least or 0)
         ok, why = self_check(target) if check else (True, "not self-checked")
         if ok:
             break
-    record = ExactRecord(ok, why, chunked if ok else {}, attention)
+    record = ExactRecord(ok, why, chunked if ok else {}, attention,
+                         least if attention == BLOCKS else 0)
     if not ok:
         restore(target, previous)
     target.exact = record
@@ -279,7 +308,7 @@ def use_exact(target, mode: str = "auto") -> ExactRecord | None:
         saved = json.loads(path.read_text())
         record = ExactRecord(**{**saved, "how": f"checked earlier here ({path.name})"})
         if record.exact:
-            apply(target, record.chunked, record.attention)
+            apply(target, record.chunked, record.attention, record.rows)
         target.exact = record
         return record
     record = make_exact(target)
@@ -299,12 +328,19 @@ def record_path(target) -> Path:
     from eagle_mini import __version__
     name = (f"{target.name.replace('/', '_').replace(':', '_')}_{str(target.dtype)[6:]}"
             f"_{target.device.type}_t{torch.get_num_threads()}_cpu{cpu_tag()}"
-            f"_torch{torch.__version__.split('+')[0]}_v{__version__}.json")
+            f"_torch{torch.__version__.split('+')[0]}_v{__version__}_{source_tag()}.json")
     return cache_dir() / "exact" / name
 
 
+def source_tag() -> str:
+    """A short hash of the exact mode's code: a finding cached by other code is not reused."""
+    from eagle_mini.runtime import blocks
+    text = "".join(Path(m.__file__).read_text() for m in (blocks, sys.modules[__name__]))
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
 @torch.no_grad()
-def self_check(target, prefix_len: int = 48, seed: int = 0) -> tuple[bool, str]:
+def self_check(target, prefix_len: int = 2 * BLOCK - 2, seed: int = 0) -> tuple[bool, str]:
     """A tree forward (`CHECK_CHOICES`) over a random prefix against one-token replays of every
     root-to-leaf path: (every node's logits bit-identical, one line saying so or where they part)."""
     tree = from_choices(CHECK_CHOICES)

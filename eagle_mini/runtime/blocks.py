@@ -1,0 +1,132 @@
+"""Attention over fixed key blocks: the fast batch-invariant way of `exact.exact_attention`.
+
+A tree query's keys are the committed cache plus its ancestors; the one-token step vanilla makes at
+that node sees the same keys, contiguous. Number them by their place in that "virtual" sequence
+and cut it into blocks of `BLOCK` keys at fixed places (0-63, 64-127, ...). Then every reduction
+runs over the same numbers in the same order, however many queries share the forward:
+
+* the scores of a query against one block: a product with K = head_dim; every block of the
+  committed cache is shared by all queries, so those run as one product with no gather;
+* the row's maximum (order does not matter for a maximum) and `exp(score - max)`;
+* each block's sum of weights and its weights times values (K = `BLOCK`), then the blocks summed
+  from the first to the last (`cumsum`, a sequential scan; the padding blocks add exact zeros).
+
+Two facts of the machine are needed, and `make_exact`'s self-check tests them: a product's rows
+do not depend on how many rows run beside it once there are at least `rows` of them (fewer are
+padded with zero rows up to `rows`; `min_rows` measures it), and a product's columns do not depend
+on how many columns it has. Everything runs in fp32 (the scores of bf16 keys are exact products
+accumulated in fp32), so this attention is no less precise than the stock one.
+"""
+import weakref
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+
+BLOCK = 64
+_LAST = [None, None]   # (weak reference to a mask, its plan): HF hands every layer the same mask
+
+
+@dataclass
+class Plan:
+    """Where each query's keys lie. The first `shared` keys (whole blocks of the committed cache)
+    are the same for every query; each query's tail, the rest of its virtual sequence padded to
+    whole blocks, is `index` (into the cache) where `valid`."""
+    shared: int
+    index: torch.Tensor    # [q, tail] long
+    valid: torch.Tensor    # [q, tail] bool
+
+
+def make_plan(ancestors: torch.Tensor, committed: int, share: bool = True) -> Plan:
+    """`ancestors` [q, q] bool: which new keys each query sees (itself included), over a cache of
+    `committed` keys every query sees in full. `share=False` puts every key in the tail: one
+    query gathers its few blocks and runs one product of each kind instead of two."""
+    q = ancestors.shape[0]
+    shared = committed // BLOCK * BLOCK if share else 0
+    rest = committed - shared
+    counts = ancestors.sum(1)
+    order = torch.where(ancestors, torch.arange(q, device=ancestors.device),
+                        q + torch.arange(q, device=ancestors.device)).sort(1).values
+    tail = -(-(rest + int(counts.max())) // BLOCK) * BLOCK
+    index = torch.zeros(q, tail, dtype=torch.long, device=ancestors.device)
+    index[:, :rest] = torch.arange(shared, committed, device=ancestors.device)
+    width = min(q, tail - rest)
+    index[:, rest:rest + width] = (order[:, :width] % q) + committed
+    valid = torch.arange(tail, device=ancestors.device) < (rest + counts).unsqueeze(1)
+    return Plan(shared, index, valid)
+
+
+@lru_cache(maxsize=16)
+def _one_token_plan(keys: int, device: str) -> Plan:
+    return make_plan(torch.ones(1, 1, dtype=torch.bool, device=device), keys - 1, share=False)
+
+
+def plan_of(attention_mask, q: int, k: int, device) -> Plan | None:
+    """The plan of a forward: one query over the whole cache when there is no mask, else read
+    from the mask (made once per forward, as every layer gets the same mask). None for a mask that
+    hides some committed keys (a draft head growing its tree over its own earlier entries): such a
+    forward is not a step of vanilla decoding, and its caller attends another way."""
+    if attention_mask is None:
+        return _one_token_plan(k, str(device))
+    if _LAST[0] is not None and _LAST[0]() is attention_mask:
+        return _LAST[1]
+    rows = attention_mask[0, 0]
+    allowed = rows if rows.dtype == torch.bool else rows == 0
+    committed = k - q
+    plan = (make_plan(allowed[:, committed:], committed) if bool(allowed[:, :committed].all())
+            else None)
+    _LAST[:] = [weakref.ref(attention_mask), plan]
+    return plan
+
+
+def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """`x` with zero rows appended (dim -2) up to `rows`: fewer rows may take another kernel."""
+    return x if x.shape[-2] >= rows else F.pad(x, (0, 0, 0, rows - x.shape[-2]))
+
+
+def blocked(query, key, value, plan: Plan, scale: float, rows: int):
+    """query [h, q, d], key and value [kv_heads, n, d] -> [h, q, d] (the module's docstring)."""
+    h, q, d = query.shape
+    kv, g = key.shape[0], h // key.shape[0]
+    shared, tail = plan.shared, plan.index.shape[1]
+    qf = (query.float() * scale).view(kv, g, q, d).transpose(1, 2)          # [kv, q, g, d]
+    kf, vf = key.float(), value.float()
+    kt, vt = kf[:, plan.index], vf[:, plan.index]                            # [kv, q, tail, d]
+    scores = torch.matmul(pad_rows(qf, rows), kt.transpose(-1, -2))[:, :, :g]
+    scores = scores.masked_fill(~plan.valid.view(1, q, 1, tail), float("-inf"))
+    if shared:
+        first = torch.matmul(pad_rows(qf.reshape(kv, q * g, d), rows),
+                             kf[:, :shared].transpose(-1, -2))[:, :q * g]
+        scores = torch.cat([first.view(kv, q, g, shared), scores], dim=-1)
+    e = torch.exp(scores - scores.amax(-1, keepdim=True))                    # [kv, q, g, keys]
+    blocks = (shared + tail) // BLOCK
+    e = e.view(kv, q, g, blocks, BLOCK)
+    sums = e.sum(-1)                                                         # [kv, q, g, blocks]
+    out = torch.matmul(pad_rows(e[:, :, :, shared // BLOCK:].transpose(2, 3), rows),
+                       vt.view(kv, q, tail // BLOCK, BLOCK, d))[..., :g, :].transpose(2, 3)
+    if shared:
+        by_block = e[:, :, :, :shared // BLOCK].permute(0, 3, 1, 2, 4).reshape(
+            kv, shared // BLOCK, q * g, BLOCK)
+        head = torch.matmul(pad_rows(by_block, rows), vf[:, :shared].view(kv, -1, BLOCK, d))
+        head = head[:, :, :q * g].view(kv, -1, q, g, d).permute(0, 2, 3, 1, 4)
+        out = torch.cat([head, out], dim=-2)                                 # [kv, q, g, blocks, d]
+    total = torch.cumsum(out, dim=-2)[..., -1, :] / torch.cumsum(sums, dim=-1)[..., -1:]
+    return total.to(query.dtype).permute(0, 2, 1, 3).reshape(h, q, d)
+
+
+def min_rows(head_dim: int, device, most: int = 8, seed: int = 0) -> int | None:
+    """The fewest rows r from which an fp32 product's rows no longer depend on the row count: any
+    count from r up to 256 gives the rows the 256-row product gives (K = head_dim and K = `BLOCK`,
+    the two products `blocked` runs). None when no r up to `most` will do."""
+    g = torch.Generator().manual_seed(seed)
+    bad = 0                       # the largest row count that disagrees with the full product
+    for k in (head_dim, BLOCK):
+        a = torch.randn(2, 256, k, generator=g).to(device)     # batched, as `blocked` runs them
+        b = torch.randn(2, k, 3 * BLOCK, generator=g).to(device)
+        full = a @ b
+        for n in [*range(1, 17), 24, 32, 48, 64, 100, 128, 200, 255]:
+            if not torch.equal(a[:, :n] @ b, full[:, :n]):
+                bad = max(bad, n)
+    return bad + 1 if bad < most else None
