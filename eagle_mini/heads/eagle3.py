@@ -34,7 +34,8 @@ from transformers import AutoConfig
 
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads.base import (check_compatible, decoder_classes, layer_config, layer_positions_and_mask,
-                                    load_weights, read_head_dir, save_head_dir)
+                                    load_weights, move_keeping_rope_fp32, read_head_dir,
+                                    save_head_dir)
 
 KIND = "eagle3"
 
@@ -117,7 +118,7 @@ class Eagle3Head(nn.Module):
         check_compatible(self, target)
         weight = target.model.lm_head.weight.detach()
         self._shared = {"embed": target.model.model.embed_tokens, "target_lm_head": weight}
-        return self.to(device=weight.device, dtype=weight.dtype)
+        return move_keeping_rope_fp32(self, weight.device, weight.dtype)
 
     def init_from_target(self, target, norm_scale: float = 1.0) -> "Eagle3Head":
         """Warm start (ours, not the authors' random lm_head): lm_head = the target's rows of the
