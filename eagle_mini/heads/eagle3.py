@@ -41,11 +41,23 @@ KIND = "eagle3"
 
 
 def aux_layers(num_hidden_layers: int) -> tuple[int, int, int]:
-    """The authors' low, middle and high layers: indices of the hidden states entering layers 2,
-    L//2 and L-3 (Hugging Face `hidden_states[i]` is the input of layer i)."""
-    if num_hidden_layers < 3:
-        raise EagleMiniError(f"EAGLE-3 reads the inputs of layers 2, L//2 and L-3: a target of "
-                             f"{num_hidden_layers} layers has too few")
+    """The low, middle and high layers an L-layer target lends the draft, as Hugging Face
+    `hidden_states` indices (`hidden_states[i]` enters layer i: the output of layer i - 1).
+
+    From 7 layers on these are the authors' 2, L//2, L-3. Shallower targets (the tests' tiny
+    models) would get them out of order or repeated, so they get 1, L//2, L-1: still three
+    different raw layer outputs, low to high. Index 0 (the embeddings) and L (the last state,
+    after the final norm in Hugging Face) are never used: serving engines capture neither. Under
+    4 layers there are not three such states: an error.
+
+        >>> aux_layers(4), aux_layers(6), aux_layers(7)
+        ((1, 2, 3), (1, 3, 5), (2, 3, 4))
+    """
+    if num_hidden_layers < 4:
+        raise EagleMiniError(f"EAGLE-3 reads three different layers of the target: a target of "
+                             f"{num_hidden_layers} layers has too few (at least 4)")
+    if num_hidden_layers < 7:
+        return 1, num_hidden_layers // 2, num_hidden_layers - 1
     return 2, num_hidden_layers // 2, num_hidden_layers - 3
 
 

@@ -50,7 +50,7 @@ import torch
 from transformers import AutoConfig
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.heads.eagle3 import Eagle3Head, aux_layers
+from eagle_mini.heads.eagle3 import Eagle3Head
 from eagle_mini.heads.base import check_compatible, layer_config
 from eagle_mini.heads.eagle1 import DraftHead
 
@@ -176,10 +176,16 @@ def eagle3_config(head: Eagle3Head, target, dtype=torch.bfloat16) -> dict:
     cfg.update({"architectures": [EAGLE3_ARCH], "model_type": "llama", "num_hidden_layers": 1,
                 "vocab_size": target.vocab_size, "draft_vocab_size": head.draft_vocab_size,
                 "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch.")})
-    if tuple(head.aux_layers) != aux_layers(target.config.num_hidden_layers):
-        # vLLM / SGLang read other layers from here; the default needs no entry
+    if tuple(head.aux_layers) != engine_default_layers(target.config.num_hidden_layers):
+        # vLLM / SGLang read other layers from here; their default needs no entry
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(head.aux_layers)}
     return cfg
+
+
+def engine_default_layers(num_hidden_layers: int) -> tuple[int, int, int]:
+    """The layers serving engines capture when a draft's config names none: the authors' 2, L//2,
+    L-3 at any depth (ours differ under 7 layers, `eagle3.aux_layers`, and are then written)."""
+    return 2, num_hidden_layers // 2, num_hidden_layers - 3
 
 
 def official_config_base(target) -> dict:
