@@ -101,11 +101,13 @@ class Eagle3Head(nn.Module):
 
     kind = KIND
 
-    def __init__(self, target_config, draft_vocab=None, target_name: str = "", layers=None):
+    def __init__(self, target_config, draft_vocab=None, target_name: str = "", layers=None,
+                 rope: dict | None = None):
         super().__init__()
         self.target_config = target_config
         self.target_name = target_name
-        self.layer_config = layer_config(target_config)
+        # one config for the layer, its rotary and its cache: training switches its attention
+        self.layer_config = layer_config(target_config, rope)
         hidden = target_config.hidden_size
         self.aux_layers = tuple(layers) if layers is not None else aux_layers(
             target_config.num_hidden_layers)
@@ -163,6 +165,12 @@ class Eagle3Head(nn.Module):
         return self.draft_to_target.numel()
 
     @property
+    def rope(self) -> dict:
+        """The draft's RoPE (`rope_parameters` form): the target's unless the head was built with
+        its own (`load_eagle3` reads a published draft's); saved, loaded and exported with it."""
+        return dict(self.layer_config.rope_parameters)
+
+    @property
     def t2d(self) -> torch.Tensor:
         """[vocab] bool: which target ids the draft vocabulary holds (the authors' `t2d`)."""
         mask = torch.zeros(self.target_config.vocab_size, dtype=torch.bool,
@@ -205,7 +213,7 @@ class Eagle3Head(nn.Module):
     def config_dict(self) -> dict:
         return {"format": "eagle_mini.heads.eagle1/1", "kind": KIND, "target_name": self.target_name,
                 "target_config": self.target_config.to_dict(), "aux_layers": list(self.aux_layers),
-                "draft_vocab_size": self.draft_vocab_size,
+                "rope_parameters": self.rope, "draft_vocab_size": self.draft_vocab_size,
                 **({"lm_head_frozen": True} if self.lm_head_frozen else {})}
 
     def save(self, out_dir, dtype=torch.bfloat16, extra: dict | None = None) -> Path:
@@ -221,7 +229,8 @@ class Eagle3Head(nn.Module):
         try:
             target_config = AutoConfig.for_model(**cfg["target_config"])
             head = cls(target_config, draft_vocab=tensors.pop("draft_to_target"),
-                       target_name=cfg.get("target_name", ""), layers=cfg.get("aux_layers"))
+                       target_name=cfg.get("target_name", ""), layers=cfg.get("aux_layers"),
+                       rope=cfg.get("rope_parameters"))
         except (KeyError, TypeError, ValueError) as e:
             raise EagleMiniError(f"{d / 'config.json'} is damaged or not a head config "
                                  f"({type(e).__name__}: {e})") from None

@@ -176,6 +176,7 @@ def eagle3_config(head: Eagle3Head, target, dtype=torch.bfloat16) -> dict:
     cfg.update({"architectures": [EAGLE3_ARCH], "model_type": "llama", "num_hidden_layers": 1,
                 "vocab_size": target.vocab_size, "draft_vocab_size": head.draft_vocab_size,
                 "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch.")})
+    cfg.update(rope_parameters=head.rope, rope_theta=head.rope["rope_theta"])  # the head's own
     if tuple(head.aux_layers) != engine_default_layers(target.config.num_hidden_layers):
         # vLLM / SGLang read other layers from here; their default needs no entry
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(head.aux_layers)}
@@ -248,7 +249,7 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
                              f"{tuple(embed.shape)}, expected {(target.vocab_size, target.hidden_size)}")
     layers = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     head = Eagle3Head(target.config, draft_vocab=draft_to_target, target_name=target.name,
-                      layers=layers)
+                      layers=layers, rope=file_rope(cfg))
     expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in state.items()}
     if expected != got:
@@ -257,26 +258,26 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
                              f"unexpected {sorted(set(got) - set(expected))}, wrong shapes "
                              f"{sorted(k for k in expected.keys() & got.keys() if expected[k] != got[k])}")
     head.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
-    _use_file_rope(head, cfg)
     head.meta = {"format": "eagle-3", **cfg}
     return head.float().attach(target)
 
 
-def _use_file_rope(head: Eagle3Head, cfg: dict) -> None:
-    """Draft positions rotate as the file says, not as the target does: the authors' EAGLE-3
-    training always used base 10000, and their published configs may omit `rope_theta` (their
-    loader then falls back to 10000). Read `rope_parameters` (transformers 5) or `rope_theta` /
-    `rope_scaling` (older writers); nothing there means 10000."""
-    import copy
-    from eagle_mini.heads.base import decoder_classes
+def file_rope(cfg: dict) -> dict:
+    """The RoPE a published draft's config.json gives its positions, in `rope_parameters` form.
+    Not the target's: the authors' EAGLE-3 training always used base 10000, and their published
+    configs may omit `rope_theta` (their loader then falls back to 10000). Reads `rope_parameters`
+    (transformers 5) or `rope_theta` / `rope_scaling` (older writers, SGLang); nothing there means
+    10000.
+
+        >>> file_rope({"rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 2.0}})
+        {'rope_type': 'linear', 'rope_theta': 500000.0, 'factor': 2.0}
+        >>> file_rope({})
+        {'rope_type': 'default', 'rope_theta': 10000.0}
+    """
     rope = dict(cfg.get("rope_parameters") or {})
     if "rope_theta" not in rope:
         rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 10000.0)}
         if cfg.get("rope_scaling"):
             rope.update(cfg["rope_scaling"])
             rope["rope_type"] = rope.pop("type", rope.get("rope_type", "default"))
-    layer_config = copy.deepcopy(head.layer_config)
-    layer_config.rope_parameters = rope
-    _, rope_cls = decoder_classes(layer_config.model_type)
-    head.rotary = rope_cls(layer_config)
-    head.layer_config = layer_config
+    return rope

@@ -1,0 +1,95 @@
+"""EAGLE-3 heads in and out of the authors' layout (reference §5): what a file says about the
+draft's positions, layers and layer survives every load, save, export and training step, and what
+serving engines read is written the way they read it."""
+import json
+
+import torch
+from transformers import AttentionInterface
+
+from eagle_mini import tiny_target
+from eagle_mini.heads import load_head
+from eagle_mini.heads.eagle3 import Eagle3Head, new_eagle3_head
+from eagle_mini.heads.formats import export_eagle3, load_eagle3
+from eagle_mini.training.chains import CHAIN_ATTENTION, chain_attention, unrolled_predictions
+
+
+def inputs(head, n=6, seed=0):
+    """Fused target layers [1, n, 3H] and shifted tokens [1, n] to run a head on."""
+    g = torch.Generator().manual_seed(seed)
+    h = head.fc.out_features
+    return torch.randn(1, n, 3 * h, generator=g), torch.randint(0, 64, (1, n), generator=g)
+
+
+def logits(head, x, t):
+    with torch.no_grad():
+        return head.draft_logits(head(x, t))
+
+
+def default_inv_freq(head, theta):
+    dim = head.rotary.inv_freq.numel() * 2
+    return 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
+
+
+def rope_of(cfg: dict) -> dict:
+    return {k: cfg.get(k) for k in ("rope_theta", "rope_scaling", "rope_parameters")}
+
+
+def write_config(out, **changes):
+    cfg = json.loads((out / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (out / "config.json").write_text(json.dumps(cfg))
+
+
+# --- the head owns its RoPE -----------------------------------------------------------------------
+def authors_file_with_base_10000(tmp_path):
+    """A target rotating with base 500000 and a published draft for it whose config omits the
+    base: the authors' loader then uses 10000, and so must we, from then on."""
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4,
+                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    out = export_eagle3(new_eagle3_head(target, seed=5), target, tmp_path / "authors",
+                        dtype=torch.float32)
+    write_config(out, rope_theta=None, rope_parameters=None, rope_scaling=None)
+    return target, out
+
+
+def test_a_files_rope_survives_save_load_export_and_reexport(tmp_path):
+    target, out = authors_file_with_base_10000(tmp_path)
+    head = load_head(out, target)
+    assert torch.equal(head.rotary.inv_freq, default_inv_freq(head, 10000.0))
+    x, t = inputs(head)
+    want = logits(head, x, t)
+    ours = load_head(head.save(tmp_path / "ours", dtype=torch.float32), target)
+    assert torch.equal(ours.rotary.inv_freq, default_inv_freq(head, 10000.0))
+    torch.testing.assert_close(logits(ours, x, t), want, atol=1e-6, rtol=1e-5)
+    assert ours.rope == head.rope and head.rope["rope_theta"] == 10000.0
+    again = export_eagle3(ours, target, tmp_path / "again", dtype=torch.float32)
+    cfg = json.loads((again / "config.json").read_text())
+    assert cfg["rope_theta"] == 10000.0 and cfg["rope_parameters"]["rope_theta"] == 10000.0
+    back = load_head(again, target)
+    assert back.rope == head.rope
+    torch.testing.assert_close(logits(back, x, t), want, atol=0, rtol=0)
+
+
+def test_a_head_loaded_from_a_file_trains_through_chain_attention(tmp_path):
+    """Training switches the attention of the head's layer to `chain_attention`; a head whose
+    RoPE came from its file must be switched too (its layer reads the head's own config)."""
+    target, out = authors_file_with_base_10000(tmp_path)
+    head = load_eagle3(out, target)
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return chain_attention(*args, **kwargs)
+
+    AttentionInterface.register(CHAIN_ATTENTION, counting)
+    try:
+        x, t = inputs(head, n=7)
+        unrolled_predictions(head, x, t, steps=3)
+    finally:
+        AttentionInterface.register(CHAIN_ATTENTION, chain_attention)
+    assert len(calls) == 2   # passes 1 and 2; pass 0 is plain causal
+    assert isinstance(head, Eagle3Head)
