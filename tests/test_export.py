@@ -93,3 +93,29 @@ def test_a_head_loaded_from_a_file_trains_through_chain_attention(tmp_path):
         AttentionInterface.register(CHAIN_ATTENTION, chain_attention)
     assert len(calls) == 2   # passes 1 and 2; pass 0 is plain causal
     assert isinstance(head, Eagle3Head)
+
+
+# --- rope-scaled targets (Llama-3.1) --------------------------------------------------------------
+LLAMA31_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+
+def test_a_rope_scaled_head_exports_rope_scaling_and_round_trips_exactly(tmp_path):
+    """SGLang reads `rope_scaling` and `rope_theta`, transformers 5 `rope_parameters`: all three
+    are written, and the exported head drafts exactly as before."""
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4,
+                         rope_parameters=dict(LLAMA31_ROPE))
+    head = new_eagle3_head(target, seed=5, draft_vocab=list(range(0, 64, 2)))
+    out = export_eagle3(head, target, tmp_path / "e3", dtype=torch.float32)
+    cfg = json.loads((out / "config.json").read_text())
+    scaling = {k: v for k, v in LLAMA31_ROPE.items() if k != "rope_theta"}
+    assert cfg["rope_scaling"] == scaling and cfg["rope_theta"] == 500000.0
+    assert cfg["rope_parameters"] == LLAMA31_ROPE
+    back = load_head(out, target)
+    assert back.rope == LLAMA31_ROPE
+    assert torch.equal(back.rotary.inv_freq, target.model.model.rotary_emb.inv_freq)
+    x, t = inputs(head)
+    torch.testing.assert_close(logits(back, x, t), logits(head, x, t), atol=0, rtol=0)
+    cfg.pop("rope_parameters")   # a writer that knows only the older keys
+    (out / "config.json").write_text(json.dumps(cfg))
+    assert load_head(out, target).rope == LLAMA31_ROPE

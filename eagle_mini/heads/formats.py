@@ -176,7 +176,7 @@ def eagle3_config(head: Eagle3Head, target, dtype=torch.bfloat16) -> dict:
     cfg.update({"architectures": [EAGLE3_ARCH], "model_type": "llama", "num_hidden_layers": 1,
                 "vocab_size": target.vocab_size, "draft_vocab_size": head.draft_vocab_size,
                 "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch.")})
-    cfg.update(rope_parameters=head.rope, rope_theta=head.rope["rope_theta"])  # the head's own
+    cfg.update(rope_keys(head.rope))   # the head's own, which may not be the target's
     if tuple(head.aux_layers) != engine_default_layers(target.config.num_hidden_layers):
         # vLLM / SGLang read other layers from here; their default needs no entry
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(head.aux_layers)}
@@ -190,13 +190,27 @@ def engine_default_layers(num_hidden_layers: int) -> tuple[int, int, int]:
 
 
 def official_config_base(target) -> dict:
-    """The target's config cut to one layer, with rope_theta where older transformers (serving
-    engines) read it."""
+    """The target's config cut to one layer, its RoPE under every key a reader looks for
+    (`rope_keys`)."""
     cfg = json.loads(layer_config(target.config).to_json_string(use_diff=False))
     rope = cfg.get("rope_parameters") or {}
     if "rope_theta" in rope:
-        cfg["rope_theta"] = rope["rope_theta"]
+        cfg.update(rope_keys(rope))
     return cfg
+
+
+def rope_keys(rope: dict) -> dict:
+    """A draft's RoPE (`rope_parameters` form) as config.json keys: `rope_parameters`
+    (transformers 5, vLLM) and `rope_theta` + `rope_scaling` (SGLang and older transformers, which
+    would rotate a Llama-3.1 draft unscaled without it; null when there is no scaling, as
+    Llama-3 configs write it).
+
+        >>> rope_keys({"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})["rope_scaling"]
+        {'rope_type': 'linear', 'factor': 2.0}
+    """
+    scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    return {"rope_parameters": dict(rope), "rope_theta": rope["rope_theta"],
+            "rope_scaling": scaling if rope.get("rope_type", "default") != "default" else None}
 
 
 def export_eagle3(head: Eagle3Head, target, out_dir, dtype=torch.bfloat16) -> Path:
