@@ -3,10 +3,11 @@ draft's positions, layers and layer survives every load, save, export and traini
 serving engines read is written the way they read it."""
 import json
 
+import pytest
 import torch
 from transformers import AttentionInterface
 
-from eagle_mini import tiny_target
+from eagle_mini import EagleMiniError, tiny_target
 from eagle_mini.heads import load_head
 from eagle_mini.heads.eagle3 import Eagle3Head, new_eagle3_head
 from eagle_mini.heads.formats import export_eagle3, load_eagle3
@@ -119,3 +120,42 @@ def test_a_rope_scaled_head_exports_rope_scaling_and_round_trips_exactly(tmp_pat
     cfg.pop("rope_parameters")   # a writer that knows only the older keys
     (out / "config.json").write_text(json.dumps(cfg))
     assert load_head(out, target).rope == LLAMA31_ROPE
+
+
+# --- which target layers the draft reads ----------------------------------------------------------
+def test_custom_layers_are_written_in_each_engines_convention_and_round_trip(tmp_path):
+    """Our layers are Hugging Face `hidden_states` indices (the input of layer i). SGLang (and
+    SpecForge) read `eagle_config.eagle_aux_hidden_state_layer_ids` as layer *outputs* and add 1;
+    vLLM reads a top-level `eagle_aux_hidden_state_layer_ids` as inputs, as ours."""
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=8)
+    head = new_eagle3_head(target, seed=5, layers=(1, 4, 6))
+    out = export_eagle3(head, target, tmp_path / "e3", dtype=torch.float32)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 3, 5]
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [1, 4, 6]
+    back = load_head(out, target)
+    assert back.aux_layers == (1, 4, 6)
+    x, t = inputs(head)
+    torch.testing.assert_close(logits(back, x, t), logits(head, x, t), atol=0, rtol=0)
+    write_config(out, eagle_aux_hidden_state_layer_ids=None)   # as SpecForge writes it
+    assert load_head(out, target).aux_layers == (1, 4, 6)
+    default = export_eagle3(new_eagle3_head(target), target, tmp_path / "default")
+    cfg = json.loads((default / "config.json").read_text())
+    assert "eagle_config" not in cfg and "eagle_aux_hidden_state_layer_ids" not in cfg
+
+
+def test_layers_the_two_keys_disagree_on_are_refused(tmp_path):
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=8)
+    out = export_eagle3(new_eagle3_head(target, layers=(1, 4, 6)), target, tmp_path / "e3")
+    write_config(out, eagle_aux_hidden_state_layer_ids=[0, 3, 5])
+    with pytest.raises(EagleMiniError, match="eagle_aux_hidden_state_layer_ids"):
+        load_head(out, target)
+
+
+@pytest.mark.parametrize("layers", [(0, 4, 6), (2, 4, 8)])
+def test_layers_no_engine_captures_are_not_exported(tmp_path, layers):
+    """Engines capture the input of a decoder layer 1..L-1: never the embeddings (0) nor the
+    last state (L, after the final norm in Hugging Face)."""
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=8)
+    with pytest.raises(EagleMiniError, match="1 to 7"):
+        export_eagle3(new_eagle3_head(target, layers=layers), target, tmp_path / "e3")

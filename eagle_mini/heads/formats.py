@@ -32,7 +32,19 @@ EAGLE-1 cannot express reduced draft vocabularies or the feature-only / token-on
                         d2t [draft_vocab] int64 offsets (target id = i + d2t[i]), t2d [vocab] bool
     config.json         architectures ["LlamaForCausalLMEagle3"], model_type "llama",
                         num_hidden_layers 1, vocab_size (the target's), draft_vocab_size,
-                        tie_word_embeddings false and the target's other Llama fields
+                        tie_word_embeddings false and the target's other Llama fields;
+                        the draft's RoPE as rope_parameters, rope_theta and rope_scaling
+                        (`rope_keys`); layers other than the engines' default 2, L//2, L-3
+                        under both keys engines read (`layer_ids_config`)
+
+The draft's RoPE is its own (`Eagle3Head.rope`), read from the file and written back, never taken
+from the target: the authors trained with base 10000 whatever the target's.
+
+Layer indices come in two conventions. Ours, vLLM's top-level `eagle_aux_hidden_state_layer_ids`
+and the authors' training code count the hidden state *entering* decoder layer i (Hugging Face
+`hidden_states[i]`); SGLang's and SpecForge's `eagle_config.eagle_aux_hidden_state_layer_ids`
+count the *output* of layer i, one less. The `eagle_config` key is written and read in SGLang's
+convention, the top-level key in vLLM's.
 
 The embedding is not written: the draft shares the target's (an `embed_tokens.weight` in a file
 being read is checked against the target's shape and then not used). vLLM renames `midlayer.` to
@@ -177,10 +189,47 @@ def eagle3_config(head: Eagle3Head, target, dtype=torch.bfloat16) -> dict:
                 "vocab_size": target.vocab_size, "draft_vocab_size": head.draft_vocab_size,
                 "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch.")})
     cfg.update(rope_keys(head.rope))   # the head's own, which may not be the target's
-    if tuple(head.aux_layers) != engine_default_layers(target.config.num_hidden_layers):
-        # vLLM / SGLang read other layers from here; their default needs no entry
-        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(head.aux_layers)}
+    cfg.update(layer_ids_config(head.aux_layers, target.config.num_hidden_layers))
     return cfg
+
+
+def layer_ids_config(layers, num_hidden_layers: int) -> dict:
+    """The config.json keys naming the target layers a draft reads, in each engine's convention
+    (none for the engines' default, `engine_default_layers`). Ours are Hugging Face
+    `hidden_states` indices: i is the input of decoder layer i, the output of layer i - 1.
+
+    - `eagle_config.eagle_aux_hidden_state_layer_ids`: layer *outputs*, i - 1. SGLang adds 1 to
+      each to find the layer whose input it captures, and SpecForge writes them so.
+    - top-level `eagle_aux_hidden_state_layer_ids`: layer *inputs*, i, as vLLM reads them (it
+      looks there first, and would read the `eagle_config` list as inputs too).
+
+        >>> layer_ids_config((1, 4, 6), 8)["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        [0, 3, 5]
+    """
+    if not all(1 <= i <= num_hidden_layers - 1 for i in layers):
+        raise EagleMiniError(f"serving engines capture the inputs of layers 1 to "
+                             f"{num_hidden_layers - 1} of a {num_hidden_layers}-layer target; "
+                             f"this head reads {list(layers)}")
+    if tuple(layers) == engine_default_layers(num_hidden_layers):
+        return {}
+    return {"eagle_aux_hidden_state_layer_ids": list(layers),
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in layers],
+                             "use_aux_hidden_state": True}}
+
+
+def file_layers(cfg: dict, path) -> tuple | None:
+    """The layers a published draft's config names, as our indices (`layer_ids_config` for both
+    conventions), None when it names none; the two keys must agree."""
+    outputs = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    inputs = cfg.get("eagle_aux_hidden_state_layer_ids")
+    from_outputs = [i + 1 for i in outputs] if outputs else None
+    if from_outputs and inputs and list(inputs) != from_outputs:
+        raise EagleMiniError(f"{path}: eagle_config.eagle_aux_hidden_state_layer_ids {outputs} "
+                             f"(layer outputs, as SGLang reads them) and "
+                             f"eagle_aux_hidden_state_layer_ids {inputs} (layer inputs, as vLLM "
+                             f"reads them) name different layers")
+    layers = from_outputs or inputs
+    return tuple(layers) if layers else None
 
 
 def engine_default_layers(num_hidden_layers: int) -> tuple[int, int, int]:
@@ -261,9 +310,8 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
     if embed is not None and tuple(embed.shape) != (target.vocab_size, target.hidden_size):
         raise EagleMiniError(f"{d / EAGLE3_WEIGHTS}: embed_tokens.weight has shape "
                              f"{tuple(embed.shape)}, expected {(target.vocab_size, target.hidden_size)}")
-    layers = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     head = Eagle3Head(target.config, draft_vocab=draft_to_target, target_name=target.name,
-                      layers=layers, rope=file_rope(cfg))
+                      layers=file_layers(cfg, d / CONFIG), rope=file_rope(cfg))
     expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in state.items()}
     if expected != got:
