@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import AttentionInterface
 
 from eagle_mini import EagleMiniError, tiny_target
@@ -159,3 +160,49 @@ def test_layers_no_engine_captures_are_not_exported(tmp_path, layers):
     target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=8)
     with pytest.raises(EagleMiniError, match="1 to 7"):
         export_eagle3(new_eagle3_head(target, layers=layers), target, tmp_path / "e3")
+
+
+# --- the draft layer is a Llama layer, whatever the target ----------------------------------------
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_a_qwen_targets_head_exports_as_a_llama_draft_and_round_trips(tmp_path, family):
+    """The authors' draft layer is a Llama layer (`LlamaForCausalLMEagle3`, bias-free q/k/v/o, no
+    q/k norms) for any target: a Qwen2 or Qwen3 target's head exports so and loads back exactly."""
+    target = tiny_target(family, seed=0, vocab_size=64, num_hidden_layers=4)
+    head = new_eagle3_head(target, seed=5)
+    out = export_eagle3(head, target, tmp_path / "e3", dtype=torch.float32)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["attention_bias"] is False and cfg["head_dim"] == 64 // 4   # tiny_config
+    names = set(load_file(out / "model.safetensors"))
+    assert not {n for n in names if n.endswith(".bias") or "q_norm" in n or "k_norm" in n}
+    back = load_head(out, target)
+    x, t = inputs(head)
+    torch.testing.assert_close(logits(back, x, t), logits(head, x, t), atol=0, rtol=0)
+
+
+def test_a_target_with_attention_biases_gets_a_bias_free_draft(tmp_path):
+    """SGLang's EAGLE-3 Llama layer has no q/k/v biases: a draft with them would lose them
+    there. The draft is bias-free as the authors' is, and its config says so."""
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4, attention_bias=True)
+    head = new_eagle3_head(target, seed=5)
+    assert not [n for n in head.state_dict() if n.endswith(".bias")]
+    out = export_eagle3(head, target, tmp_path / "e3", dtype=torch.float32)
+    assert json.loads((out / "config.json").read_text())["attention_bias"] is False
+    x, t = inputs(head)
+    torch.testing.assert_close(logits(load_head(out, target), x, t), logits(head, x, t),
+                               atol=0, rtol=0)
+
+
+def test_the_files_rms_norm_eps_is_honoured_and_kept(tmp_path):
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4)
+    out = export_eagle3(new_eagle3_head(target, seed=5), target, tmp_path / "e3",
+                        dtype=torch.float32)
+    write_config(out, rms_norm_eps=1e-2)
+    head = load_head(out, target)
+    assert {m.variance_epsilon for m in (head.norm, head.midlayer.hidden_norm,
+                                         head.midlayer.input_layernorm,
+                                         head.midlayer.post_attention_layernorm)} == {1e-2}
+    ours = load_head(head.save(tmp_path / "ours", dtype=torch.float32), target)
+    assert ours.norm.variance_epsilon == 1e-2
+    again = export_eagle3(ours, target, tmp_path / "again")
+    assert json.loads((again / "config.json").read_text())["rms_norm_eps"] == 1e-2

@@ -183,11 +183,14 @@ def eagle3_state_dict(head: Eagle3Head) -> dict:
 
 
 def eagle3_config(head: Eagle3Head, target, dtype=torch.bfloat16) -> dict:
-    """The one-layer Llama config of a published EAGLE-3 draft (SpecForge / the authors)."""
-    cfg = official_config_base(target)
+    """The one-layer Llama config of a published EAGLE-3 draft (SpecForge / the authors): the
+    head's own layer config (`eagle3.draft_layer_config`: a Llama layer for any target family,
+    bias-free, with the head's RoPE and norm epsilon), then the layout's own keys."""
+    cfg = json.loads(head.layer_config.to_json_string(use_diff=False))
     cfg.update({"architectures": [EAGLE3_ARCH], "model_type": "llama", "num_hidden_layers": 1,
                 "vocab_size": target.vocab_size, "draft_vocab_size": head.draft_vocab_size,
-                "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch.")})
+                "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch."),
+                "dtype": str(dtype).removeprefix("torch.")})   # older and newer transformers
     cfg.update(rope_keys(head.rope))   # the head's own, which may not be the target's
     cfg.update(layer_ids_config(head.aux_layers, target.config.num_hidden_layers))
     return cfg
@@ -263,12 +266,10 @@ def rope_keys(rope: dict) -> dict:
 
 
 def export_eagle3(head: Eagle3Head, target, out_dir, dtype=torch.bfloat16) -> Path:
-    """Write `head` in the authors' EAGLE-3 layout (model.safetensors + config.json)."""
+    """Write `head` in the authors' EAGLE-3 layout (model.safetensors + config.json), for a
+    target of any family: the draft layer is a Llama layer (`eagle3.draft_layer_config`)."""
     from safetensors.torch import save_file
     check_compatible(head, target)
-    if target.config.model_type != "llama":
-        raise EagleMiniError(f"the EAGLE-3 layout is a Llama draft; {target.name} is "
-                             f"{target.config.model_type!r}")
     state = {k: v.to(dtype) if v.is_floating_point() else v
              for k, v in eagle3_state_dict(head).items()}
     out = Path(out_dir)
@@ -311,7 +312,8 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
         raise EagleMiniError(f"{d / EAGLE3_WEIGHTS}: embed_tokens.weight has shape "
                              f"{tuple(embed.shape)}, expected {(target.vocab_size, target.hidden_size)}")
     head = Eagle3Head(target.config, draft_vocab=draft_to_target, target_name=target.name,
-                      layers=file_layers(cfg, d / CONFIG), rope=file_rope(cfg))
+                      layers=file_layers(cfg, d / CONFIG), rope=file_rope(cfg),
+                      rms_norm_eps=cfg.get("rms_norm_eps"))
     expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in state.items()}
     if expected != got:
