@@ -167,6 +167,31 @@ def test_ttt_loss_equals_hand_run_draft_chains(tiny_rows):
     assert ev["counts"][0][0] == pytest.approx(hits)
 
 
+class CountingFloat(torch.Tensor):
+    """A tensor that counts `.float()` calls made on itself (not on tensors computed from it)."""
+    calls, ptr = 0, None
+
+    def float(self, *args, **kwargs):
+        if self.data_ptr() == CountingFloat.ptr:
+            CountingFloat.calls += 1
+        return super().float(*args, **kwargs)
+
+
+def test_the_ttt_loss_casts_the_targets_lm_head_once_not_once_per_row(tiny_rows):
+    """The label logits need the target's lm_head in fp32; on a bf16 target that is a copy of a
+    vocabulary-sized matrix, made once per loss, not once per row of the batch."""
+    target, rows = tiny_rows
+    head = new_eagle3_head(target, seed=2)
+    weight = head._shared["target_lm_head"]
+    head._shared["target_lm_head"] = weight.as_subclass(CountingFloat)
+    CountingFloat.calls, CountingFloat.ptr = 0, weight.data_ptr()
+    r = rows[1]
+    batch = lambda x: x[None].expand(3, *x.shape)   # the same row three times
+    ttt_loss(head, batch(r["layers"].float()), batch(r["features"].float()), batch(r["input_ids"]),
+             batch(r["loss_mask"].long()), steps=2)
+    assert CountingFloat.calls == 1
+
+
 def test_training_lowers_the_ttt_loss(tiny_rows):
     """On a target with peaked next-token laws (its lm_head scaled up) 30 AdamW steps at least
     halve the loss; the frozen embedding gets no gradient."""

@@ -30,7 +30,7 @@ def ttt_loss(head, layers, features, input_ids, loss_mask, steps: int = 7, decay
     `tokens` (assistant positions). Rows run one at a time (each its own unrolled cache).
     """
     inner = getattr(head, "module", head)   # under DDP the head is wrapped; call the wrapper
-    target_lm = inner._shared["target_lm_head"]
+    target_lm = inner._shared["target_lm_head"].float()   # once: a copy on a bf16 target
     d2t = inner.draft_to_target
     t2d = inner.t2d
     weight = loss_mask_positions(loss_mask)
@@ -42,7 +42,7 @@ def ttt_loss(head, layers, features, input_ids, loss_mask, steps: int = 7, decay
         at = weight[b].nonzero()[:, 0]   # the positions that count: all of the loss, and the only
         last = int(at.max()) + 1         # ones worth a vocabulary-wide product (labels, lm_head)
         with torch.no_grad():
-            logits = features[b, 1:last + 1][at].float() @ target_lm.float().T  # target at j + 1
+            logits = features[b, 1:last + 1][at].float() @ target_lm.T  # target at j + 1
             best = logits.argmax(-1)
             p = logits[:, d2t].softmax(-1)
             in_draft = t2d[best].float()
