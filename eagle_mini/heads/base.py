@@ -18,14 +18,9 @@ from eagle_mini.results import results_json
 from eagle_mini.target import attention_mask_4d
 
 
-def layer_config(target_config, rope: dict | None = None):
-    """The target's config cut to one full-attention layer, for the head's own decoder layer.
-
-    rope: the draft's RoPE in `rope_parameters` form (`rope_type`, `rope_theta` and the scaling's
-    fields), when it is not the target's (a published draft may rotate with its own base)."""
+def layer_config(target_config):
+    """The target's config cut to one full-attention layer, for the head's own decoder layer."""
     cfg = copy.deepcopy(target_config)
-    if rope is not None:
-        cfg.rope_parameters = dict(rope)
     cfg.num_hidden_layers = 1
     if getattr(cfg, "layer_types", None):
         cfg.layer_types = ["full_attention"]
@@ -59,6 +54,7 @@ def move_keeping_rope_fp32(head, device, dtype):
     head = head.to(device=device, dtype=dtype)
     head.rotary = type(head.rotary)(head.rotary.config).to(device)
     return head
+
 
 def layer_positions_and_mask(x, cache=None, positions=None, tree_mask=None):
     """Position ids `[b, n]` and the additive 4-D mask for a draft layer reading `x: [b, n, H]`.
