@@ -67,9 +67,19 @@ class SampledTreeRule:
         return p, q / q.sum() if q.sum() > 0 else q
 
 
+def cdf_dtype(device) -> torch.dtype:
+    """The dtype `draw` sums a distribution in: float64 (a vocabulary-long sum keeps its last
+    digits, so the token depends on u alone), float32 on Apple's MPS, which has no float64.
+
+        >>> cdf_dtype("cpu"), cdf_dtype("mps")
+        (torch.float64, torch.float32)
+    """
+    return torch.float32 if torch.device(device).type == "mps" else torch.float64
+
+
 def draw(probs: torch.Tensor, u: float) -> int:
     """Inverse-CDF sampling: the token where the cumulative mass first exceeds u in [0, 1)."""
-    cdf = probs.double().cumsum(-1)
+    cdf = probs.to(cdf_dtype(probs.device)).cumsum(-1)
     point = torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype, device=cdf.device)
     return int(torch.searchsorted(cdf, point, right=True).clamp(max=probs.numel() - 1))
 

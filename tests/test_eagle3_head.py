@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from eagle_mini import DynamicTree, tiny_target
+from eagle_mini import DynamicTree, EagleMiniError, tiny_target
 from eagle_mini.decode import generate, generate_vanilla
 from eagle_mini.heads.eagle3 import Eagle3Head, aux_layers, new_eagle3_head
 from eagle_mini.heads.formats import eagle3_state_dict, export_eagle3, load_eagle3
@@ -24,6 +24,24 @@ def test_layers_are_the_authors():
     """Inputs of layers 2, L//2 and L-3: HF hidden_states 2, 15, 27 for a 30-layer target."""
     assert aux_layers(30) == (2, 15, 27)
     assert aux_layers(32) == (2, 16, 29)
+
+
+@pytest.mark.parametrize("depth", range(4, 41))
+def test_layers_are_distinct_and_increasing_at_every_depth(depth):
+    """Low, middle and high are three different layers in that order, raw layer outputs (never
+    the embeddings, never the last, normed, hidden state); from 7 layers on they are the
+    authors' 2, L//2, L-3."""
+    low, mid, high = aux_layers(depth)
+    assert 1 <= low < mid < high <= depth - 1
+    if depth >= 7:
+        assert (low, mid, high) == (2, depth // 2, depth - 3)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_a_target_with_too_few_layers_is_refused_in_one_line(depth):
+    with pytest.raises(EagleMiniError, match=f"{depth} layers") as e:
+        aux_layers(depth)
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])
@@ -149,6 +167,31 @@ def test_ttt_loss_equals_hand_run_draft_chains(tiny_rows):
     assert ev["counts"][0][0] == pytest.approx(hits)
 
 
+class CountingFloat(torch.Tensor):
+    """A tensor that counts `.float()` calls made on itself (not on tensors computed from it)."""
+    calls, ptr = 0, None
+
+    def float(self, *args, **kwargs):
+        if self.data_ptr() == CountingFloat.ptr:
+            CountingFloat.calls += 1
+        return super().float(*args, **kwargs)
+
+
+def test_the_ttt_loss_casts_the_targets_lm_head_once_not_once_per_row(tiny_rows):
+    """The label logits need the target's lm_head in fp32; on a bf16 target that is a copy of a
+    vocabulary-sized matrix, made once per loss, not once per row of the batch."""
+    target, rows = tiny_rows
+    head = new_eagle3_head(target, seed=2)
+    weight = head._shared["target_lm_head"]
+    head._shared["target_lm_head"] = weight.as_subclass(CountingFloat)
+    CountingFloat.calls, CountingFloat.ptr = 0, weight.data_ptr()
+    r = rows[1]
+    batch = lambda x: x[None].expand(3, *x.shape)   # the same row three times
+    ttt_loss(head, batch(r["layers"].float()), batch(r["features"].float()), batch(r["input_ids"]),
+             batch(r["loss_mask"].long()), steps=2)
+    assert CountingFloat.calls == 1
+
+
 def test_training_lowers_the_ttt_loss(tiny_rows):
     """On a target with peaked next-token laws (its lm_head scaled up) 30 AdamW steps at least
     halve the loss; the frozen embedding gets no gradient."""
@@ -174,7 +217,7 @@ def test_training_lowers_the_ttt_loss(tiny_rows):
 def test_authors_layout_round_trip(tmp_path):
     """Field names, shapes, d2t offsets and t2d of the published layout; loading it back gives the
     same draft logits; our own save/load too."""
-    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4)
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=8)
     vocab = [3, 5, 8, 13, 21, 34, 55, 60]
     head = new_eagle3_head(target, seed=5, draft_vocab=vocab)
     out = export_eagle3(head, target, tmp_path / "e3", dtype=torch.float32)

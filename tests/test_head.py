@@ -81,6 +81,23 @@ def test_head_is_fc_plus_one_layer_and_borrows_the_targets_embedding_and_lm_head
     assert all(p.requires_grad for p in head.parameters())
 
 
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_rope_frequencies_stay_fp32_when_the_head_moves_to_a_bf16_target(kind):
+    """attach() gives the head the target's dtype, but its RoPE frequencies stay the fp32
+    computation, as the target's own do (Hugging Face computes them in fp32 at load): rounded to
+    bf16, a large base would rotate every position slightly wrong."""
+    from eagle_mini.heads.eagle3 import new_eagle3_head
+    target = tiny_target("llama", seed=0, dtype="bf16", num_hidden_layers=4,
+                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    head = (new_head if kind == "eagle1" else new_eagle3_head)(target)
+    assert head.fc.weight.dtype == torch.bfloat16
+    dim = target.config.hidden_size // target.config.num_attention_heads
+    want = 1.0 / 500000.0 ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
+    assert head.rotary.inv_freq.dtype == torch.float32
+    assert torch.equal(head.rotary.inv_freq, want)
+    assert torch.equal(target.model.model.rotary_emb.inv_freq, want)  # the target's, likewise
+
 # --- official EAGLE-1 format ----------------------------------------------------------------------
 def test_official_checkpoint_loads_generates_exports_and_reloads_identically(llama, tmp_path):
     head = perturbed(new_head(llama, seed=3))

@@ -37,3 +37,13 @@ def test_warp_is_a_distribution(values, t, top_p):
     assert torch.isclose(p.sum(), torch.tensor(1.0), atol=1e-5) and (p >= 0).all()
     full = warp(torch.tensor(values), t)
     assert (p > 0)[full == full.max()].any()  # a most likely token always survives top-p
+
+
+def test_the_inverse_cdf_draw_sums_in_float64_where_the_device_has_it():
+    """verify.draw sums probabilities in float64 on the CPU and CUDA (the draw then depends on u
+    alone, not on rounding), and in float32 on Apple's MPS, which has no float64."""
+    from eagle_mini.verify import cdf_dtype
+    assert cdf_dtype(torch.device("cpu")) == torch.float64
+    assert cdf_dtype(torch.device("cuda")) == torch.float64
+    assert cdf_dtype(torch.device("mps")) == torch.float32
+    assert cdf_dtype("mps:0") == torch.float32

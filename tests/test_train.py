@@ -186,7 +186,7 @@ def test_eagle3_dump_train_save_load_generate(tmp_path):
     dump_features(target, make_examples(6, seed=4), tmp_path / "feats", {"split": "train"},
                   shard_size=4, progress=False, layers=aux_layers(4))
     ds = FeatureDataset(tmp_path / "feats")
-    assert ds.manifest["layers"] == [2, 2, 1] and ds[0]["layers"].shape == (24, 3 * 64)
+    assert ds.manifest["layers"] == [1, 2, 3] and ds[0]["layers"].shape == (24, 3 * 64)
     head = new_eagle3_head(target, seed=0, draft_vocab=list(range(0, 64, 2)))
     cfg = TrainConfig(lr=3e-3, steps=6, warmup_steps=2, batch_tokens=64, ckpt_every=10, unroll=2)
     result = train_head(head, target, DumpSource(ds), tmp_path / "work", cfg,

@@ -44,6 +44,18 @@ def decoder_classes(model_type: str):
     return layer_cls, getattr(mod, f"{name}RotaryEmbedding")
 
 
+def move_keeping_rope_fp32(head, device, dtype):
+    """`head.to(device, dtype)`, its RoPE frequencies recomputed in fp32 on `device`.
+
+    A cast to bf16 would round `rotary.inv_freq` to 8 significant bits, an error each position
+    multiplies; the target keeps its own in fp32 (Hugging Face computes them so at load
+    and its rotary reads them in fp32), so the draft's positions rotate as the target's do. The
+    rotary holds buffers only, so a fresh one from the same config replaces it."""
+    head = head.to(device=device, dtype=dtype)
+    head.rotary = type(head.rotary)(head.rotary.config).to(device)
+    return head
+
+
 def layer_positions_and_mask(x, cache=None, positions=None, tree_mask=None):
     """Position ids `[b, n]` and the additive 4-D mask for a draft layer reading `x: [b, n, H]`.
 

@@ -23,7 +23,8 @@ from transformers import AutoConfig
 
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads.base import (check_compatible, decoder_classes, layer_config, layer_positions_and_mask,
-                                    load_weights, read_head_dir, save_head_dir)
+                                    load_weights, move_keeping_rope_fp32, read_head_dir,
+                                    save_head_dir)
 
 INPUT_MODES = ("feature+token", "feature", "token")
 KIND = "eagle1"
@@ -62,7 +63,7 @@ class DraftHead(nn.Module):
         full = self.draft_to_target.numel() == weight.shape[0]
         self._shared = {"embed": target.model.model.embed_tokens, "target_lm_head": weight,
                         "lm_head": weight if full else weight[self.draft_to_target.to(weight.device)]}
-        return self.to(device=weight.device, dtype=weight.dtype)
+        return move_keeping_rope_fp32(self, weight.device, weight.dtype)
 
     @property
     def draft_vocab_size(self) -> int:

@@ -11,7 +11,9 @@ is trained on tokens only, through the "training-time test" (`training.eagle3`).
     p_draft = softmax(lm_head(norm(o_i)))                      # its own lm_head, draft vocabulary
 
 The h's are the hidden states *entering* decoder layers 2, L//2 and L-3 of an L-layer target
-(raw, before any norm; Hugging Face `hidden_states` indices 2, L//2, L-3). A draft step after the
+(raw, before any norm; Hugging Face `hidden_states` indices 2, L//2, L-3; `aux_layers`). The layer
+is a Llama layer whatever the target's family, as the authors' `LlamaForCausalLMEagle3` is
+(`draft_layer_config`), and its RoPE is its own (`Eagle3Head.rope`). A draft step after the
 first reads o of the previous step in place of g (the width tells which: 3H is the target's, H the
 draft's own). The embedding is the target's, frozen; `lm_head` is the draft's own, over the
 reduced draft vocabulary. `draft_to_target[i]` is the target id of draft id i; the authors store it
@@ -30,34 +32,61 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoConfig
+from transformers import AutoConfig, LlamaConfig
+from transformers.models.llama.modeling_llama import (LlamaAttention, LlamaMLP, LlamaRMSNorm,
+                                                      LlamaRotaryEmbedding)
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.heads.base import (check_compatible, decoder_classes, layer_config, layer_positions_and_mask,
-                                    load_weights, read_head_dir, save_head_dir)
+from eagle_mini.heads.base import (check_compatible, layer_positions_and_mask, load_weights,
+                                    move_keeping_rope_fp32, read_head_dir, save_head_dir)
 
 KIND = "eagle3"
 
 
 def aux_layers(num_hidden_layers: int) -> tuple[int, int, int]:
-    """The authors' low, middle and high layers: indices of the hidden states entering layers 2,
-    L//2 and L-3 (Hugging Face `hidden_states[i]` is the input of layer i)."""
-    if num_hidden_layers < 3:
-        raise EagleMiniError(f"EAGLE-3 reads the inputs of layers 2, L//2 and L-3: a target of "
-                             f"{num_hidden_layers} layers has too few")
+    """The low, middle and high layers an L-layer target lends the draft, as Hugging Face
+    `hidden_states` indices (`hidden_states[i]` enters layer i: the output of layer i - 1).
+
+    From 7 layers on these are the authors' 2, L//2, L-3. Shallower targets (the tests' tiny
+    models) would get them out of order or repeated, so they get 1, L//2, L-1: still three
+    different raw layer outputs, low to high. Index 0 (the embeddings) and L (the last state,
+    after the final norm in Hugging Face) are never used: serving engines capture neither. Under
+    4 layers there are not three such states: an error.
+
+        >>> aux_layers(4), aux_layers(6), aux_layers(7)
+        ((1, 2, 3), (1, 3, 5), (2, 3, 4))
+    """
+    if num_hidden_layers < 4:
+        raise EagleMiniError(f"EAGLE-3 reads three different layers of the target: a target of "
+                             f"{num_hidden_layers} layers has too few (at least 4)")
+    if num_hidden_layers < 7:
+        return 1, num_hidden_layers // 2, num_hidden_layers - 1
     return 2, num_hidden_layers // 2, num_hidden_layers - 3
 
 
-def _module_classes(model_type: str):
-    """(Attention, MLP, RMSNorm) classes of the target's Llama-family modeling file."""
-    import importlib
-    layer_cls, _ = decoder_classes(model_type)
-    mod = importlib.import_module(layer_cls.__module__)
-    prefix = layer_cls.__name__.removesuffix("DecoderLayer")
-    try:
-        return tuple(getattr(mod, prefix + s) for s in ("Attention", "MLP", "RMSNorm"))
-    except AttributeError:
-        raise EagleMiniError(f"no {prefix}Attention/MLP/RMSNorm in {mod.__name__}") from None
+# What a draft layer keeps of its target's config; the rest is a Llama config's default.
+DRAFT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+                "num_key_value_heads", "hidden_act", "max_position_embeddings",
+                "initializer_range", "rms_norm_eps", "bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def draft_layer_config(target_config, rope: dict | None = None, rms_norm_eps=None) -> LlamaConfig:
+    """The draft layer's config: one Llama layer at the target's sizes, whatever the target's
+    family, as the authors' `LlamaForCausalLMEagle3` has it: q/k/v/o and the MLP without
+    biases, no q/k norms (a Qwen2 target's q/k/v biases and a Qwen3 target's q/k norms stay the
+    target's). `rope` (`rope_parameters` form) and `rms_norm_eps`: the draft's own where a
+    published file gives them (`formats.file_rope`), else the target's."""
+    kw = {k: getattr(target_config, k) for k in DRAFT_FIELDS if hasattr(target_config, k)}
+    kw["head_dim"] = (getattr(target_config, "head_dim", None)
+                      or target_config.hidden_size // target_config.num_attention_heads)
+    if rms_norm_eps is not None:
+        kw["rms_norm_eps"] = rms_norm_eps
+    cfg = LlamaConfig(**kw, num_hidden_layers=1, attention_bias=False, mlp_bias=False,
+                      tie_word_embeddings=False,
+                      rope_parameters=dict(rope or target_config.rope_parameters))
+    if target_config._attn_implementation is not None:
+        cfg._attn_implementation = target_config._attn_implementation
+    return cfg
 
 
 class Eagle3Layer(nn.Module):
@@ -65,17 +94,15 @@ class Eagle3Layer(nn.Module):
 
     def __init__(self, layer_config):
         super().__init__()
-        attention_cls, mlp_cls, norm_cls = _module_classes(layer_config.model_type)
         hidden, eps = layer_config.hidden_size, layer_config.rms_norm_eps
-        self.hidden_norm = norm_cls(hidden, eps=eps)
-        self.input_layernorm = norm_cls(hidden, eps=eps)
-        self.self_attn = attention_cls(layer_config, layer_idx=0)
+        self.hidden_norm = LlamaRMSNorm(hidden, eps=eps)
+        self.input_layernorm = LlamaRMSNorm(hidden, eps=eps)
+        self.self_attn = LlamaAttention(layer_config, layer_idx=0)
         for name in ("q_proj", "k_proj", "v_proj"):  # the same outputs, read from 2H
             old = getattr(self.self_attn, name)
-            setattr(self.self_attn, name,
-                    nn.Linear(2 * hidden, old.out_features, bias=old.bias is not None))
-        self.post_attention_layernorm = norm_cls(hidden, eps=eps)
-        self.mlp = mlp_cls(layer_config)
+            setattr(self.self_attn, name, nn.Linear(2 * hidden, old.out_features, bias=False))
+        self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=eps)
+        self.mlp = LlamaMLP(layer_config)
 
     def forward(self, embedded, hidden, **attn):
         x = torch.cat([self.input_layernorm(embedded), self.hidden_norm(hidden)], dim=-1)
@@ -88,18 +115,19 @@ class Eagle3Head(nn.Module):
 
     kind = KIND
 
-    def __init__(self, target_config, draft_vocab=None, target_name: str = "", layers=None):
+    def __init__(self, target_config, draft_vocab=None, target_name: str = "", layers=None,
+                 rope: dict | None = None, rms_norm_eps: float | None = None):
         super().__init__()
         self.target_config = target_config
         self.target_name = target_name
-        self.layer_config = layer_config(target_config)
+        # one config for the layer, its rotary and its cache: training switches its attention
+        self.layer_config = draft_layer_config(target_config, rope, rms_norm_eps)
         hidden = target_config.hidden_size
         self.aux_layers = tuple(layers) if layers is not None else aux_layers(
             target_config.num_hidden_layers)
         self.fc = nn.Linear(len(self.aux_layers) * hidden, hidden, bias=False)
         self.midlayer = Eagle3Layer(self.layer_config)
-        _, _, norm_cls = _module_classes(target_config.model_type)
-        self.norm = norm_cls(hidden, eps=self.layer_config.rms_norm_eps)
+        self.norm = LlamaRMSNorm(hidden, eps=self.layer_config.rms_norm_eps)
         vocab = target_config.vocab_size
         d2t = (torch.arange(vocab, device="cpu") if draft_vocab is None  # checked on the host
                else torch.as_tensor(draft_vocab, device="cpu").long())
@@ -107,8 +135,7 @@ class Eagle3Head(nn.Module):
             raise EagleMiniError("a draft vocabulary must hold distinct target ids")
         self.lm_head = nn.Linear(hidden, d2t.numel(), bias=False)
         self.register_buffer("draft_to_target", d2t, persistent=False)
-        _, rope_cls = decoder_classes(target_config.model_type)
-        self.rotary = rope_cls(self.layer_config)
+        self.rotary = LlamaRotaryEmbedding(self.layer_config)
         self._shared = {}
 
     # --- wiring ---------------------------------------------------------------------------
@@ -117,7 +144,7 @@ class Eagle3Head(nn.Module):
         check_compatible(self, target)
         weight = target.model.lm_head.weight.detach()
         self._shared = {"embed": target.model.model.embed_tokens, "target_lm_head": weight}
-        return self.to(device=weight.device, dtype=weight.dtype)
+        return move_keeping_rope_fp32(self, weight.device, weight.dtype)
 
     def init_from_target(self, target, norm_scale: float = 1.0) -> "Eagle3Head":
         """Warm start (ours, not the authors' random lm_head): lm_head = the target's rows of the
@@ -148,6 +175,12 @@ class Eagle3Head(nn.Module):
     @property
     def draft_vocab_size(self) -> int:
         return self.draft_to_target.numel()
+
+    @property
+    def rope(self) -> dict:
+        """The draft's RoPE (`rope_parameters` form): the target's unless the head was built with
+        its own (`load_eagle3` reads a published draft's); saved, loaded and exported with it."""
+        return dict(self.layer_config.rope_parameters)
 
     @property
     def t2d(self) -> torch.Tensor:
@@ -192,6 +225,7 @@ class Eagle3Head(nn.Module):
     def config_dict(self) -> dict:
         return {"format": "eagle_mini.heads.eagle1/1", "kind": KIND, "target_name": self.target_name,
                 "target_config": self.target_config.to_dict(), "aux_layers": list(self.aux_layers),
+                "rope_parameters": self.rope, "rms_norm_eps": self.layer_config.rms_norm_eps,
                 "draft_vocab_size": self.draft_vocab_size,
                 **({"lm_head_frozen": True} if self.lm_head_frozen else {})}
 
@@ -208,7 +242,8 @@ class Eagle3Head(nn.Module):
         try:
             target_config = AutoConfig.for_model(**cfg["target_config"])
             head = cls(target_config, draft_vocab=tensors.pop("draft_to_target"),
-                       target_name=cfg.get("target_name", ""), layers=cfg.get("aux_layers"))
+                       target_name=cfg.get("target_name", ""), layers=cfg.get("aux_layers"),
+                       rope=cfg.get("rope_parameters"), rms_norm_eps=cfg.get("rms_norm_eps"))
         except (KeyError, TypeError, ValueError) as e:
             raise EagleMiniError(f"{d / 'config.json'} is damaged or not a head config "
                                  f"({type(e).__name__}: {e})") from None

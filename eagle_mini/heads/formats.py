@@ -32,7 +32,19 @@ EAGLE-1 cannot express reduced draft vocabularies or the feature-only / token-on
                         d2t [draft_vocab] int64 offsets (target id = i + d2t[i]), t2d [vocab] bool
     config.json         architectures ["LlamaForCausalLMEagle3"], model_type "llama",
                         num_hidden_layers 1, vocab_size (the target's), draft_vocab_size,
-                        tie_word_embeddings false and the target's other Llama fields
+                        tie_word_embeddings false and the target's other Llama fields;
+                        the draft's RoPE as rope_parameters, rope_theta and rope_scaling
+                        (`rope_keys`); layers other than the engines' default 2, L//2, L-3
+                        under both keys engines read (`layer_ids_config`)
+
+The draft's RoPE is its own (`Eagle3Head.rope`), read from the file and written back, never taken
+from the target: the authors trained with base 10000 whatever the target's.
+
+Layer indices come in two conventions. Ours, vLLM's top-level `eagle_aux_hidden_state_layer_ids`
+and the authors' training code count the hidden state *entering* decoder layer i (Hugging Face
+`hidden_states[i]`); SGLang's and SpecForge's `eagle_config.eagle_aux_hidden_state_layer_ids`
+count the *output* of layer i, one less. The `eagle_config` key is written and read in SGLang's
+convention, the top-level key in vLLM's.
 
 The embedding is not written: the draft shares the target's (an `embed_tokens.weight` in a file
 being read is checked against the target's shape and then not used). vLLM renames `midlayer.` to
@@ -50,7 +62,7 @@ import torch
 from transformers import AutoConfig
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.heads.eagle3 import Eagle3Head, aux_layers
+from eagle_mini.heads.eagle3 import Eagle3Head
 from eagle_mini.heads.base import check_compatible, layer_config
 from eagle_mini.heads.eagle1 import DraftHead
 
@@ -171,34 +183,93 @@ def eagle3_state_dict(head: Eagle3Head) -> dict:
 
 
 def eagle3_config(head: Eagle3Head, target, dtype=torch.bfloat16) -> dict:
-    """The one-layer Llama config of a published EAGLE-3 draft (SpecForge / the authors)."""
-    cfg = official_config_base(target)
+    """The one-layer Llama config of a published EAGLE-3 draft (SpecForge / the authors): the
+    head's own layer config (`eagle3.draft_layer_config`: a Llama layer for any target family,
+    bias-free, with the head's RoPE and norm epsilon), then the layout's own keys."""
+    cfg = json.loads(head.layer_config.to_json_string(use_diff=False))
     cfg.update({"architectures": [EAGLE3_ARCH], "model_type": "llama", "num_hidden_layers": 1,
                 "vocab_size": target.vocab_size, "draft_vocab_size": head.draft_vocab_size,
-                "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch.")})
-    if tuple(head.aux_layers) != aux_layers(target.config.num_hidden_layers):
-        # vLLM / SGLang read other layers from here; the default needs no entry
-        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(head.aux_layers)}
+                "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch."),
+                "dtype": str(dtype).removeprefix("torch.")})   # older and newer transformers
+    cfg.update(rope_keys(head.rope))   # the head's own, which may not be the target's
+    cfg.update(layer_ids_config(head.aux_layers, target.config.num_hidden_layers))
     return cfg
+
+
+def layer_ids_config(layers, num_hidden_layers: int) -> dict:
+    """The config.json keys naming the target layers a draft reads, in each engine's convention
+    (none for the engines' default, `engine_default_layers`). Ours are Hugging Face
+    `hidden_states` indices: i is the input of decoder layer i, the output of layer i - 1.
+
+    - `eagle_config.eagle_aux_hidden_state_layer_ids`: layer *outputs*, i - 1. SGLang adds 1 to
+      each to find the layer whose input it captures, and SpecForge writes them so.
+    - top-level `eagle_aux_hidden_state_layer_ids`: layer *inputs*, i, as vLLM reads them (it
+      looks there first, and would read the `eagle_config` list as inputs too).
+
+        >>> layer_ids_config((1, 4, 6), 8)["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        [0, 3, 5]
+    """
+    if not all(1 <= i <= num_hidden_layers - 1 for i in layers):
+        raise EagleMiniError(f"serving engines capture the inputs of layers 1 to "
+                             f"{num_hidden_layers - 1} of a {num_hidden_layers}-layer target; "
+                             f"this head reads {list(layers)}")
+    if tuple(layers) == engine_default_layers(num_hidden_layers):
+        return {}
+    return {"eagle_aux_hidden_state_layer_ids": list(layers),
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in layers],
+                             "use_aux_hidden_state": True}}
+
+
+def file_layers(cfg: dict, path) -> tuple | None:
+    """The layers a published draft's config names, as our indices (`layer_ids_config` for both
+    conventions), None when it names none; the two keys must agree."""
+    outputs = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    inputs = cfg.get("eagle_aux_hidden_state_layer_ids")
+    from_outputs = [i + 1 for i in outputs] if outputs else None
+    if from_outputs and inputs and list(inputs) != from_outputs:
+        raise EagleMiniError(f"{path}: eagle_config.eagle_aux_hidden_state_layer_ids {outputs} "
+                             f"(layer outputs, as SGLang reads them) and "
+                             f"eagle_aux_hidden_state_layer_ids {inputs} (layer inputs, as vLLM "
+                             f"reads them) name different layers")
+    layers = from_outputs or inputs
+    return tuple(layers) if layers else None
+
+
+def engine_default_layers(num_hidden_layers: int) -> tuple[int, int, int]:
+    """The layers serving engines capture when a draft's config names none: the authors' 2, L//2,
+    L-3 at any depth (ours differ under 7 layers, `eagle3.aux_layers`, and are then written)."""
+    return 2, num_hidden_layers // 2, num_hidden_layers - 3
 
 
 def official_config_base(target) -> dict:
-    """The target's config cut to one layer, with rope_theta where older transformers (serving
-    engines) read it."""
+    """The target's config cut to one layer, its RoPE under every key a reader looks for
+    (`rope_keys`)."""
     cfg = json.loads(layer_config(target.config).to_json_string(use_diff=False))
     rope = cfg.get("rope_parameters") or {}
     if "rope_theta" in rope:
-        cfg["rope_theta"] = rope["rope_theta"]
+        cfg.update(rope_keys(rope))
     return cfg
 
 
+def rope_keys(rope: dict) -> dict:
+    """A draft's RoPE (`rope_parameters` form) as config.json keys: `rope_parameters`
+    (transformers 5, vLLM) and `rope_theta` + `rope_scaling` (SGLang and older transformers, which
+    would rotate a Llama-3.1 draft unscaled without it; null when there is no scaling, as
+    Llama-3 configs write it).
+
+        >>> rope_keys({"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})["rope_scaling"]
+        {'rope_type': 'linear', 'factor': 2.0}
+    """
+    scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    return {"rope_parameters": dict(rope), "rope_theta": rope["rope_theta"],
+            "rope_scaling": scaling if rope.get("rope_type", "default") != "default" else None}
+
+
 def export_eagle3(head: Eagle3Head, target, out_dir, dtype=torch.bfloat16) -> Path:
-    """Write `head` in the authors' EAGLE-3 layout (model.safetensors + config.json)."""
+    """Write `head` in the authors' EAGLE-3 layout (model.safetensors + config.json), for a
+    target of any family: the draft layer is a Llama layer (`eagle3.draft_layer_config`)."""
     from safetensors.torch import save_file
     check_compatible(head, target)
-    if target.config.model_type != "llama":
-        raise EagleMiniError(f"the EAGLE-3 layout is a Llama draft; {target.name} is "
-                             f"{target.config.model_type!r}")
     state = {k: v.to(dtype) if v.is_floating_point() else v
              for k, v in eagle3_state_dict(head).items()}
     out = Path(out_dir)
@@ -240,9 +311,9 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
     if embed is not None and tuple(embed.shape) != (target.vocab_size, target.hidden_size):
         raise EagleMiniError(f"{d / EAGLE3_WEIGHTS}: embed_tokens.weight has shape "
                              f"{tuple(embed.shape)}, expected {(target.vocab_size, target.hidden_size)}")
-    layers = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     head = Eagle3Head(target.config, draft_vocab=draft_to_target, target_name=target.name,
-                      layers=layers)
+                      layers=file_layers(cfg, d / CONFIG), rope=file_rope(cfg),
+                      rms_norm_eps=cfg.get("rms_norm_eps"))
     expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in state.items()}
     if expected != got:
@@ -251,26 +322,26 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
                              f"unexpected {sorted(set(got) - set(expected))}, wrong shapes "
                              f"{sorted(k for k in expected.keys() & got.keys() if expected[k] != got[k])}")
     head.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
-    _use_file_rope(head, cfg)
     head.meta = {"format": "eagle-3", **cfg}
     return head.float().attach(target)
 
 
-def _use_file_rope(head: Eagle3Head, cfg: dict) -> None:
-    """Draft positions rotate as the file says, not as the target does: the authors' EAGLE-3
-    training always used base 10000, and their published configs may omit `rope_theta` (their
-    loader then falls back to 10000). Read `rope_parameters` (transformers 5) or `rope_theta` /
-    `rope_scaling` (older writers); nothing there means 10000."""
-    import copy
-    from eagle_mini.heads.base import decoder_classes
+def file_rope(cfg: dict) -> dict:
+    """The RoPE a published draft's config.json gives its positions, in `rope_parameters` form.
+    Not the target's: the authors' EAGLE-3 training always used base 10000, and their published
+    configs may omit `rope_theta` (their loader then falls back to 10000). Reads `rope_parameters`
+    (transformers 5) or `rope_theta` / `rope_scaling` (older writers, SGLang); nothing there means
+    10000.
+
+        >>> file_rope({"rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 2.0}})
+        {'rope_type': 'linear', 'rope_theta': 500000.0, 'factor': 2.0}
+        >>> file_rope({})
+        {'rope_type': 'default', 'rope_theta': 10000.0}
+    """
     rope = dict(cfg.get("rope_parameters") or {})
     if "rope_theta" not in rope:
         rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 10000.0)}
         if cfg.get("rope_scaling"):
             rope.update(cfg["rope_scaling"])
             rope["rope_type"] = rope.pop("type", rope.get("rope_type", "default"))
-    layer_config = copy.deepcopy(head.layer_config)
-    layer_config.rope_parameters = rope
-    _, rope_cls = decoder_classes(layer_config.model_type)
-    head.rotary = rope_cls(layer_config)
-    head.layer_config = layer_config
+    return rope

@@ -16,6 +16,26 @@ a draft id (the authors' mask `loss_mask * t2d[argmax]`). top-1 is counted the s
 The chains are those of `train.unrolled_predictions`: step k at position j sits where decoding
 puts it (the k-th draft of a chain rooted at j - k) and attends to what decoding's cache would
 hold, so training and drafting see the same positions and masks.
+
+Where this departs from the authors' training code (`eagle/traineagle3/`), each kept as it is:
+no head was retrained to measure what the authors' choice would change in tau.
+
+- **Gradient clipping.** `train_head` clips every gradient *by value* at `0.5`, as EAGLE-1
+  trains; the authors' EAGLE-3 recipe clips the *global norm* at `0.5` (DeepSpeed's
+  `gradient_clipping`). Kept: one optimizer step for both kinds of head, and the shipped heads
+  were trained so.
+- **Loss mask.** A position counts when the token it reads, t_{j+1}, is an assistant token
+  (`chains.loss_mask_positions`), so the first label is the reply's *second* token: the first
+  comes from the target's own prefill, and decoding never drafts it. The authors' mask is made
+  from hand-set token offsets of the Llama-3 template and applied to the position unshifted; as
+  read here it starts on the last header token, which gives the same first label in every turn,
+  and at the end of every turn but the last it stops one label before ours (the reply's closing
+  token is its last label, the token after it ours). Kept: ours is the template's own assistant
+  spans, for any chat template.
+- **Averaging.** Each step's CE is divided by the positions that count (assistant positions
+  whose chain starts in the sequence); the authors take the mean over *all* positions, prompt
+  and padding included, so their loss shrinks with a batch's share of reply tokens and weighs
+  reply-heavy batches more. Kept: a batch's loss does not depend on how much prompt it carries.
 """
 import torch
 
@@ -30,7 +50,7 @@ def ttt_loss(head, layers, features, input_ids, loss_mask, steps: int = 7, decay
     `tokens` (assistant positions). Rows run one at a time (each its own unrolled cache).
     """
     inner = getattr(head, "module", head)   # under DDP the head is wrapped; call the wrapper
-    target_lm = inner._shared["target_lm_head"]
+    target_lm = inner._shared["target_lm_head"].float()   # once: a copy on a bf16 target
     d2t = inner.draft_to_target
     t2d = inner.t2d
     weight = loss_mask_positions(loss_mask)
@@ -42,7 +62,7 @@ def ttt_loss(head, layers, features, input_ids, loss_mask, steps: int = 7, decay
         at = weight[b].nonzero()[:, 0]   # the positions that count: all of the loss, and the only
         last = int(at.max()) + 1         # ones worth a vocabulary-wide product (labels, lm_head)
         with torch.no_grad():
-            logits = features[b, 1:last + 1][at].float() @ target_lm.float().T  # target at j + 1
+            logits = features[b, 1:last + 1][at].float() @ target_lm.T  # target at j + 1
             best = logits.argmax(-1)
             p = logits[:, d2t].softmax(-1)
             in_draft = t2d[best].float()

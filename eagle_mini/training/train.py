@@ -8,7 +8,8 @@ averaged over positions whose token is an assistant token (loss mask). The class
 a *soft* cross-entropy against the target's whole next-token distribution, not a one-hot label.
 `U(-0.1, 0.1)` noise on the input features makes the head robust to its own prediction errors.
 AdamW with betas `(0.9, 0.95)`, linear warm-up, gradient clipping by value `0.5`: the paper's
-settings.
+settings (EAGLE-3 heads are clipped the same way, unlike the authors' EAGLE-3 recipe: `eagle3`
+lists where its training departs from theirs).
 
 Two data sources feed the same loop: stored features (`features.FeatureDataset`, the paper's
 offline way and the GPU/7B path) and *streaming* features computed by the target on the fly from
