@@ -84,9 +84,12 @@ def draft_layer_config(target_config, rope: dict | None = None, rms_norm_eps=Non
     cfg = LlamaConfig(**kw, num_hidden_layers=1, attention_bias=False, mlp_bias=False,
                       tie_word_embeddings=False,
                       rope_parameters=dict(rope or target_config.rope_parameters))
-    if target_config._attn_implementation is not None:
-        cfg._attn_implementation = target_config._attn_implementation
+    if target_config._attn_implementation in STOCK_ATTENTION:   # not the target's exact mode:
+        cfg._attn_implementation = target_config._attn_implementation   # a draft needs no bits
     return cfg
+
+
+STOCK_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
 class Eagle3Layer(nn.Module):
