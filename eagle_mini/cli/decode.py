@@ -105,8 +105,13 @@ def cmd_profile_target(args):
     json_path, png = save_curve(curve, out)
     heads = curve["head_median_ms"] or [None] * len(curve["ns"])
     stock = curve.get("stock", {}).get("relative") or [None] * len(curve["ns"])
-    for n, ms, rel, hm, st in zip(curve["ns"], curve["median_ms"], curve["relative"], heads, stock):
-        print(f"n={n:3d}  {ms:8.1f} ms  c(n)/c(1) = {rel:5.2f}"
+    roof = curve["roofline"]
+    print(f"roofline here: read {roof['read_GBps']:.1f} GB/s, {roof['dtype']} GEMM "
+          f"{roof['peak_GFLOPs']:.0f} GFLOP/s; c(1) is {curve['median_ms'][0] / roof['floor_ms'][0]:.1f}x "
+          f"its floor")
+    for n, ms, rel, hm, st, fl in zip(curve["ns"], curve["median_ms"], curve["relative"], heads, stock,
+                                      roof["floor_ms"]):
+        print(f"n={n:3d}  {ms:8.1f} ms  c(n)/c(1) = {rel:5.2f}   floor {fl:6.1f} ms"
               + (f"   stock kernels {st:5.2f}" if st is not None else "")
               + (f"   head {hm:6.2f} ms" if hm is not None else ""))
     print(f"wrote {json_path} and {png}")

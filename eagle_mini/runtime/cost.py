@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.results import machine_info, results_json
+from eagle_mini.runtime.roofline import floor_ms, measure_roofline
 from eagle_mini.target import crop_cache
 
 
@@ -78,10 +79,12 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
                 "samples_ms": [[round(1000 * t, 3) for t in times[v, n]] for n in ns]}
 
     head_ms = _head_cost(target, ns, repeats, g) if with_head else None
+    roof = measure_roofline(target.dtype, target.device)
+    roof["floor_ms"] = [floor_ms(target, n, prefix_len, roof) for n in ns]
     out = {"head_median_ms": head_ms, "target": target.name,
            "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
            "packed": packed, "prefix_len": prefix_len, "repeats": repeats, "ns": list(ns),
-           **curve(variants[0]), "machine": machine_info()}
+           **curve(variants[0]), "roofline": roof, "machine": machine_info()}
     if len(variants) == 2:
         out["stock"] = curve("stock")
     return out
@@ -165,9 +168,15 @@ def save_curve(curve: dict, out: Path, title: str | None = None) -> tuple[Path, 
     if "stock" in curve:
         ax.plot(curve["ns"], curve["stock"]["relative"], "s--", label="same run, stock kernels")
     ax.axhline(1.0, color="gray", ls="--", lw=1, label="flat (bandwidth bound ideal)")
+    if curve.get("roofline"):
+        c1 = curve["median_ms"][0]
+        ax.plot(curve["ns"], [f / c1 for f in curve["roofline"]["floor_ms"]], "k:",
+                label=f"roofline floor / measured c(1), measured here "
+                      f"({curve['roofline']['read_GBps']:.0f} GB/s, "
+                      f"{curve['roofline']['peak_GFLOPs']:.0f} GFLOP/s)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("new tokens per forward (n)")
-    ax.set_ylabel("forward time relative to n = 1")
+    ax.set_ylabel("forward time relative to measured n = 1")
     ax.set_title(title or f"Verification cost curve: {curve['target']} ({curve['dtype']}, "
                  f"{curve['machine']['threads']} threads, prefix {curve['prefix_len']})", fontsize=9)
     ax.legend()
