@@ -100,3 +100,17 @@ def test_environment_yml_matches_pyproject():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert {p for p in pip if "==" in p} == pins
+
+
+def test_demo_runs_in_the_fastest_exact_precision_and_reproduces_vanilla():
+    """`make demo`'s command: it says which dtype it picked and why, and both EAGLE lines report
+    vanilla's text (bf16 only in exact mode, else fp32)."""
+    out = run("demo", "--max-new-tokens", "12")
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^dtype:  bf16 matmuls run at .* using (bf16|fp32)$", out.stdout, re.M)
+    if "(bfloat16, cpu)" in out.stdout:
+        assert "exact verification on" in out.stderr
+    else:
+        assert "(float32, cpu)" in out.stdout
+    lines = [line for line in out.stdout.splitlines() if "tokens per draft-verify cycle" in line]
+    assert len(lines) == 2 and all("identical text: True" in line for line in lines)

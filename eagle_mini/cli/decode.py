@@ -1,4 +1,5 @@
 """Decoding commands: generate, demo, profile-target, prepare, check-lossless, bench."""
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -154,7 +155,9 @@ def add_demo(sub):
     d.add_argument("--prompt", default="Explain in three sentences why the sky is blue.")
     d.add_argument("--max-new-tokens", type=positive_int, default=96)
     add_head_args(d)
-    d.set_defaults(handler=cmd_demo)
+    d.set_defaults(handler=cmd_demo, dtype="auto")
+    d.epilog = ("--dtype auto (the demo's default): bf16 where this CPU multiplies bf16 faster and "
+                "exact mode passes its self-check here, else fp32; both give vanilla's text.")
 
 
 def cmd_demo(args):
@@ -165,7 +168,7 @@ def cmd_demo(args):
     from eagle_mini.runtime.run import run_method
     from eagle_mini.runtime.cost import cost_curve
     tree = tree_arg(args.tree)
-    target = load(args)
+    target = demo_target(args)
     head, note = head_for(args, target)
     print(f"target: {target.name} ({str(target.dtype).replace('torch.', '')}, {target.device})")
     print(f"head:   {note}")
@@ -184,6 +187,23 @@ def cmd_demo(args):
           f"1 token per target forward")
     for line in demo_eagle_lines(target, head, args, tree, van, curve):
         print(line)
+
+
+def demo_target(args):
+    """The demo's target in the fastest precision whose EAGLE output equals vanilla's here:
+    `--dtype auto` tries bf16 (where its matmuls win, `runtime.precision`) in exact mode, and falls
+    back to fp32 (exact by itself) when bf16 is slower or the exact self-check fails."""
+    if args.dtype != "auto":
+        return load(args)
+    from eagle_mini.runtime.precision import choice, matmul_speedup
+    pick, why = choice(matmul_speedup()) if args.device == "cpu" else ("bf16", "a GPU")
+    print(f"dtype:  {why}")
+    if pick == "bf16" and args.exact != "off":
+        target = load(argparse.Namespace(**{**vars(args), "dtype": "bf16", "exact": "on"}))
+        if target.exact.exact:
+            return target
+        print("dtype:  bf16 is not exact here (above): using fp32, which is")
+    return load(argparse.Namespace(**{**vars(args), "dtype": "fp32"}))
 
 
 def demo_eagle_lines(target, head, args, tree, van, curve):
