@@ -31,6 +31,7 @@ the solution cell, where a reader sees it. Grading (`autograde`) therefore runs 
 in a fresh process that ends with it, and takes only the functions an exercise asks for from the
 submission (`submission`).
 """
+import _thread
 import inspect
 import os
 import sys
@@ -63,6 +64,7 @@ _PACKAGE = os.path.realpath(Path(__file__).resolve().parents[1]) + os.sep
 # library may add a name (a lazily imported submodule).
 _STRICT = ("eagle_mini", "__main__", "builtins")
 _MISSING = object()
+_CACHED = {"__slotnames__"}  # what Python itself adds to a class on first use (copy, pickle)
 _ACTIVE = []   # the watches of the blocks running now, innermost last
 _PAUSED = []   # non-empty while the guard itself sets a block up or takes it down
 _AUDITING = []  # the audit hook, once installed (it cannot be removed)
@@ -189,8 +191,8 @@ def refusal(event: str, args: tuple) -> str | None:
 
 
 def _audit(event, args):
-    if not _ACTIVE or _PAUSED:
-        return
+    if not _ACTIVE or _PAUSED or _thread.get_ident() not in _ACTIVE[-1].threads:
+        return  # another thread's work, a Jupyter kernel's say, is not the block's
     if event == "sys.setprofile" and (_ACTIVE[-1].unsetting or sys.getprofile() is None):
         # Python drops a profile hook that raised (the block fails anyway), and a thread started
         # in the block installs the watch's hook when it starts
@@ -244,7 +246,8 @@ class _State:
                 out += [f"{name}.{key}" for key in now.keys() - saved.keys()]
         for cls, saved in self.classes.values():
             now = vars(cls)
-            if now.keys() != saved.keys() or any(now[k] is not v for k, v in saved.items()):
+            if now.keys() - _CACHED != saved.keys() - _CACHED or any(
+                    now.get(k, _MISSING) is not v for k, v in saved.items()):
                 out.append(f"{cls.__module__}.{cls.__qualname__}")
         if _torch_modes() != self.modes:
             out.append("torch's function or dispatch modes")
@@ -260,7 +263,7 @@ class _State:
                 del now[key]
             now.update((k, v) for k, v in saved.items() if now.get(k, _MISSING) is not v)
         for cls, saved in self.classes.values():
-            for key in [k for k in vars(cls) if k not in saved]:
+            for key in [k for k in vars(cls) if k not in saved and k not in _CACHED]:
                 delattr(cls, key)
             for key, value in saved.items():
                 if vars(cls).get(key, _MISSING) is not value:
@@ -283,10 +286,12 @@ class _Watch:
         self.seen = {}   # id(code) -> (code, its entry in keys or None): one fingerprint per code
         self.reached, self.refused, self.changed = [], [], []
         self.unsetting = False
+        self.threads = {_thread.get_ident()}  # the block's thread, and the threads it starts
 
     def profile(self, frame, event, arg):
         if event != "call":
             return
+        self.threads.add(_thread.get_ident())
         code = frame.f_code
         if id(code) in self.refusals:
             self.reached.append(self.refusals[id(code)])
@@ -311,6 +316,7 @@ class _Watch:
         if _ACTIVE:  # nested: the outer block's references stay watched
             self.keys = _ACTIVE[-1].keys | self.keys
             self.refusals = _ACTIVE[-1].refusals | self.refusals
+            self.threads = self.threads | _ACTIVE[-1].threads
         self.saved = sys.getprofile(), threading.getprofile()
         self.state = _State()
         with _paused():
