@@ -191,3 +191,85 @@ def test_grading_runs_the_exercises_definitions_and_hidden_tests_only():
     assert "TABLE = (0, 2, 4)" in kept and "f(1)" not in kept
     jobs, notes = plan(source, notebook(), lesson=True)  # the solution cell deleted
     assert notes == ["no solution cell nb99_f (deleted, or its grading marks removed): f not found"]
+
+
+# ---------------------------------------------------------------- predict, then run
+
+def text_of(cell, outputs: bool = True) -> str:
+    """What a reader sees of a cell: its source, and the text of its outputs (no images)."""
+    parts = ["".join(cell["source"])]
+    for o in cell.get("outputs", []) if outputs else ():
+        data = o.get("data", {})
+        for text in (o.get("text"), data.get("text/plain"), data.get("text/markdown"),
+                     data.get("text/html")):
+            if text:
+                parts.append("".join(text))
+    return "\n".join(parts)
+
+
+def questions(notebook) -> list[tuple[int, list[str], list[int]]]:
+    """Every predict-then-run question: (the predict cell, its answer phrases, the answer cells
+    after it, up to the next predict cell)."""
+    found, cells = [], notebook["cells"]
+    for i, cell in enumerate(cells):
+        answers = cell["metadata"].get("eagle_mini", {}).get("answer")
+        if answers:
+            found.append((i, answers, []))
+        if PREDICT_TAG in cell["metadata"].get("tags", []):
+            assert found, f"answer cell {i} comes before any predict cell"
+            found[-1][2].append(i)
+    return found
+
+
+def said(needle: str, text: str) -> bool:
+    if re.fullmatch(r"[\d.,]+", needle):  # a number, not the start of a longer one
+        return re.search(rf"(?<![\d.,]){re.escape(needle)}(?!\d)", text) is not None
+    return needle in text
+
+
+def leaks(student, source) -> list[str]:
+    """Each answer phrase, and each line the source's answer cells print, that a student edition
+    shows before its answer cells run: in an earlier cell, or in an answer cell itself."""
+    found = []
+    for _, answers, answer_cells in questions(source):
+        code = "\n".join("".join(source["cells"][k]["source"]) for k in answer_cells)
+        printed = {line.strip() for k in answer_cells for line in text_of(source["cells"][k]).splitlines()
+                   if len(line.strip()) > 15 and line.strip() not in code  # computed, not typed
+                   and not re.fullmatch(r"<.*>", line.strip())}  # <Figure ...>, not a value
+        first = answer_cells[0] if answer_cells else len(student["cells"])  # none: all is early
+        seen = "\n".join(text_of(c) for c in student["cells"][:first] +
+                          [student["cells"][k] for k in answer_cells])
+        found += [n for n in list(answers) + sorted(printed) if said(n, seen)]
+    return found
+
+
+def test_every_predict_then_run_question_stores_its_answer_and_has_answer_cells():
+    asked = 0
+    for name, path in NOTEBOOKS.items():
+        notebook = read(path)
+        prompts = [c for c in notebook["cells"] if c["cell_type"] == "markdown"
+                   and re.search(r"\*\*Predict|### Predict", "".join(c["source"]))]
+        found = questions(notebook)
+        assert len(found) == len(prompts), (name, len(found), len(prompts))
+        assert all(answers and cells_ for _, answers, cells_ in found), name
+        asked += len(found)
+    assert asked >= 6
+
+
+def test_student_editions_give_no_predicted_answer_away():
+    for name, path in NOTEBOOKS.items():
+        assert leaks(read(STUDENT / f"{name}.ipynb"), read(path)) == [], name
+
+
+def test_the_leak_check_finds_an_answer_shown_too_early():
+    name = "08_eagle3"
+    source, student = read(NOTEBOOKS[name]), read(STUDENT / f"{name}.ipynb")
+    (_, _, answer_cells), = questions(source)
+    first = answer_cells[0]
+    untagged, shown = json.loads(json.dumps(source)), json.loads(json.dumps(student))
+    untagged["cells"][first]["metadata"]["tags"].remove(PREDICT_TAG)  # the answer cell untagged
+    shown["cells"][first]["outputs"] = source["cells"][first]["outputs"]
+    assert "9,808,128" in leaks(shown, untagged)
+    told = json.loads(json.dumps(student))
+    told["cells"][first - 1]["source"] = "The answer is (c)."
+    assert "The answer is (c)" in leaks(told, source)
