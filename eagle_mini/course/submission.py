@@ -95,6 +95,11 @@ class _Screen(ast.NodeVisitor):
         if isinstance(node.value, str) and (_dunder(node.value) or node.value in CLOSED_ATTRIBUTES):
             self.refuse(node, f"the string {node.value!r} is not allowed in graded code")
 
+    def visit_FunctionDef(self, node):
+        if node.name == "__del__":  # it would run whenever the object is collected: after grading
+            self.refuse(node, "`__del__` is not allowed in graded code")
+        self.generic_visit(node)
+
     def visit_Call(self, node):
         if isinstance(node.func, ast.Name) and node.func.id in NAMED_ATTRIBUTE:
             name = node.args[1] if len(node.args) > 1 else None
