@@ -2,7 +2,7 @@
 #   make demo   - create .venv, install pinned packages and the course assets, run the main job
 #   make test   - the same set-up if needed, then the whole test suite (pytest + notebooks)
 #   make test-browser - the notebooks with widgets in JupyterLab in headless Chromium
-#   make assignments / make grade SUBMISSION=nb.ipynb - student editions and autograding (nbgrader)
+#   make assignments / make grade SUBMISSION=nb.ipynb - student editions (nbgrader) and autograding
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -45,10 +45,11 @@ test-browser: $(STAMP)
 assignments: $(STAMP)
 	$(PY) -m eagle_mini assignments release
 
-# Autograde one submitted notebook, an assignment or a numbered notebook, with the hidden tests:
-# points per exercise and the total.
+# Autograde one submitted notebook, an assignment or a numbered notebook, with the hidden tests,
+# each graded cell in a fresh process: points per exercise and the total. ASSIGNMENT=name: the
+# exercise it must answer.
 grade: $(STAMP)
-	$(PY) -m eagle_mini assignments grade "$(SUBMISSION)"
+	$(PY) -m eagle_mini assignments grade "$(SUBMISSION)" $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -2,19 +2,19 @@
 exactly its exercise's points, so does calling the package's private helper, nothing of a solution
 or a hidden test leaks, and release/ and student/ are what `make assignments` writes.
 
-Autograding runs one kernel per notebook (seconds each, mostly importing torch), so one
-module-scoped fixture grades every notebook these tests need, in two throwaway courses at once.
+Autograding forks one process per graded cell from a process that imported torch once, so one
+module-scoped fixture grades every notebook these tests need in one call, two cells at a time.
 """
 import json
 import random
 import re
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
 from eagle_mini.cli import main
-from eagle_mini.course.assignments import (RELEASE, SOURCE, STUDENT, grade, grade_ids,
-                                           random_choices, release, source_notebooks)
+from eagle_mini.course.assignments import (RELEASE, SOURCE, STUDENT, grade_ids, random_choices,
+                                           release, source_notebooks)
+from eagle_mini.course.autograde import grade
 from eagle_mini.tree import from_choices
 
 SOURCES = source_notebooks()
@@ -89,12 +89,9 @@ def with_cheat(name, tmp_path):
     return path
 
 
-def grade_in_two_processes(paths):
-    """grade(paths) in two nbgrader courses at once, one per core: grades in the order of paths."""
-    grades = [None] * len(paths)
-    with ProcessPoolExecutor(2) as pool:
-        grades[0::2], grades[1::2] = pool.map(grade, [paths[0::2], paths[1::2]])
-    return grades
+def grade_in_two_processes(paths, **options):
+    """grade(paths), two graded cells at a time (one per core): grades in the order of paths."""
+    return grade(paths, workers=2, **options)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,9 @@
 marks, student editions zero, a submission that reaches the package's answer loses its exercise,
 and the student editions hold no solution or hidden test but keep the narration.
 
-Grading runs each notebook's `grading_notebook` (the exercises' definitions and hidden tests, not
-the notebook's minutes of runs) in a kernel of its own, about 10 s of CPU time, mostly importing
-torch and eagle_mini; the module-scoped fixture grades all the submissions these tests need in two
-processes at once (two nbgrader courses).
+Grading runs, for each graded cell, the exercises' definitions and that cell's hidden tests (not
+the notebook's minutes of runs) in a process forked for it (`autograde.plan`); the module-scoped
+fixture grades all the submissions these tests need in one call.
 """
 import contextlib
 import json
@@ -15,14 +14,15 @@ from unittest import mock
 import pytest
 
 from eagle_mini.course.assignments import (PREDICT_TAG, SETUP_TAG, STUDENT, grade_ids,
-                                           grading_notebook, numbered_notebooks, source_notebooks)
+                                           numbered_notebooks, source_notebooks)
+from eagle_mini.course.autograde import PRELUDE, plan
 from test_assignments import MARKERS, grade_in_two_processes, read, regions
 
 NOTEBOOKS = numbered_notebooks()
 GRADED = {name: path for name, path in NOTEBOOKS.items() if grade_ids(read(path))}
 
-# Notebook 01 answered by calling the package: exercise 1 returns what verify_sampling says (the
-# issue's example), exercise 2 keeps a copy of it made before the grader switches it off.
+# Notebook 01 answered by calling the package: exercise 1 returns what verify_sampling says,
+# exercise 2 keeps a copy of it made before the grader switches it off (the screen refuses it).
 CHEAT = "01_speculative_sampling"
 CHEATS = {
     "nb01_speculative_step": '''def speculative_step(p, q, x, u_accept, u_draw):
@@ -41,6 +41,9 @@ def multi_round(p, q, children, uniforms, copy=types.FunctionType(
     return first_new_token(d, path, token)
 ''',
 }
+
+
+DEFINE = "from eagle_mini.course.submission import define"
 
 
 def cells(notebook, **nbgrader):
@@ -111,15 +114,20 @@ def test_calling_the_package_or_a_copy_made_before_grading_scores_zero(graded):
     g = graded["cheat", CHEAT]
     assert all(score == 0 for score, _ in g.scores.values()), g.report()
     assert "verify_sampling is switched off" in g.errors["nb01_speculative_step_test"], g.errors
-    assert "verify_sampling is switched off" in g.errors["nb01_multi_round_test"], g.errors
+    assert "`import types`" in g.errors["nb01_multi_round_test"], g.errors
 
 
-def test_the_cheat_passes_every_test_when_nothing_is_switched_off(tmp_path):
+def test_the_cheat_passes_every_test_when_nothing_stops_it(tmp_path):
+    """The cheats run as written (no screen) and with nothing switched off: full marks, so the
+    zeros above come from grading, not from a broken cheat."""
     submission = read(cheating_submission(tmp_path))
-    namespace = {}
+    jobs, _ = plan(read(NOTEBOOKS[CHEAT]), submission, lesson=True)
     with mock.patch("eagle_mini.course.guard.reference_off", lambda *f: contextlib.nullcontext()):
-        for cell in grading_notebook(read(NOTEBOOKS[CHEAT]), submission)["cells"]:
-            exec(cell["source"], namespace)
+        for _, _, cells in jobs:
+            namespace = {"__name__": "__main__"}
+            answers = iter(CHEATS.values())
+            for cell in cells:
+                exec(next(answers) if cell.startswith(DEFINE) else cell, namespace)
 
 
 def test_student_editions_hold_no_solution_and_no_hidden_test():
@@ -170,15 +178,98 @@ def test_grading_runs_the_exercises_definitions_and_hidden_tests_only():
                            "    ### END SOLUTION\n\n\nprint(f(result))\n"),
         ("code", tests, "def check(g):\n    assert g(result) == 2 * result\n\n\ncheck(f)\n"
                         "### BEGIN HIDDEN TESTS\nassert f(3) == 6\n### END HIDDEN TESTS"))
-    graded = [c["source"] for c in grading_notebook(source)["cells"]]
-    assert graded[1:] == [
-        "import math\nBASE = 2\n",
-        "def f(x):\n    ### BEGIN SOLUTION\n    return BASE * x\n    ### END SOLUTION\n\n\n",
-        "def check(g):\n    assert g(result) == 2 * result\n\n\n"
-        "### BEGIN HIDDEN TESTS\nassert f(3) == 6\n### END HIDDEN TESTS"]
-    assert "warnings.simplefilter" in graded[0]
+    (gid, points, graded), = plan(source, source, lesson=True)[0]
+    assert (gid, points) == ("nb99_f_test", 1)
+    assert graded[:2] == [PRELUDE, "import math\nBASE = 2\n"]
+    assert graded[2].startswith(DEFINE) and "return BASE * x" in graded[2]
+    assert "print" not in graded[2]
+    assert graded[3] == ("def check(g):\n    assert g(result) == 2 * result\n\n\n"
+                         "### BEGIN HIDDEN TESTS\nassert f(3) == 6\n### END HIDDEN TESTS")
     answer = notebook(("code", solution, "TABLE = (0, 2, 4)\ndef f(x):\n    return TABLE[x]\n"
                                          "f(1)\n"))
-    assert grading_notebook(source, answer)["cells"][2]["source"] == \
-        "TABLE = (0, 2, 4)\ndef f(x):\n    return TABLE[x]\n"
-    assert grading_notebook(source, notebook())["cells"][2]["source"] == ""  # deleted: nothing
+    kept = plan(source, answer, lesson=True)[0][0][2][2]
+    assert "TABLE = (0, 2, 4)" in kept and "f(1)" not in kept
+    jobs, notes = plan(source, notebook(), lesson=True)  # the solution cell deleted
+    assert notes == ["no solution cell nb99_f (deleted, or its grading marks removed): f not found"]
+
+
+# ---------------------------------------------------------------- predict, then run
+
+def text_of(cell, outputs: bool = True) -> str:
+    """What a reader sees of a cell: its source, and the text of its outputs (no images)."""
+    parts = ["".join(cell["source"])]
+    for o in cell.get("outputs", []) if outputs else ():
+        data = o.get("data", {})
+        for text in (o.get("text"), data.get("text/plain"), data.get("text/markdown"),
+                     data.get("text/html")):
+            if text:
+                parts.append("".join(text))
+    return "\n".join(parts)
+
+
+def questions(notebook) -> list[tuple[int, list[str], list[int]]]:
+    """Every predict-then-run question: (the predict cell, its answer phrases, the answer cells
+    after it, up to the next predict cell)."""
+    found, cells = [], notebook["cells"]
+    for i, cell in enumerate(cells):
+        answers = cell["metadata"].get("eagle_mini", {}).get("answer")
+        if answers:
+            found.append((i, answers, []))
+        if PREDICT_TAG in cell["metadata"].get("tags", []):
+            assert found, f"answer cell {i} comes before any predict cell"
+            found[-1][2].append(i)
+    return found
+
+
+def said(needle: str, text: str) -> bool:
+    if re.fullmatch(r"[\d.,]+", needle):  # a number, not the start of a longer one
+        return re.search(rf"(?<![\d.,]){re.escape(needle)}(?!\d)", text) is not None
+    return needle in text
+
+
+def leaks(student, source) -> list[str]:
+    """Each answer phrase, and each line the source's answer cells print, that a student edition
+    shows before its answer cells run: in an earlier cell, or in an answer cell itself."""
+    found = []
+    for _, answers, answer_cells in questions(source):
+        code = "\n".join("".join(source["cells"][k]["source"]) for k in answer_cells)
+        printed = {line.strip() for k in answer_cells for line in text_of(source["cells"][k]).splitlines()
+                   if len(line.strip()) > 15 and line.strip() not in code  # computed, not typed
+                   and not re.fullmatch(r"<.*>", line.strip())}  # <Figure ...>, not a value
+        first = answer_cells[0] if answer_cells else len(student["cells"])  # none: all is early
+        seen = "\n".join(text_of(c) for c in student["cells"][:first] +
+                          [student["cells"][k] for k in answer_cells])
+        found += [n for n in list(answers) + sorted(printed) if said(n, seen)]
+    return found
+
+
+def test_every_predict_then_run_question_stores_its_answer_and_has_answer_cells():
+    asked = 0
+    for name, path in NOTEBOOKS.items():
+        notebook = read(path)
+        prompts = [c for c in notebook["cells"] if c["cell_type"] == "markdown"
+                   and re.search(r"\*\*Predict|### Predict", "".join(c["source"]))]
+        found = questions(notebook)
+        assert len(found) == len(prompts), (name, len(found), len(prompts))
+        assert all(answers and cells_ for _, answers, cells_ in found), name
+        asked += len(found)
+    assert asked >= 6
+
+
+def test_student_editions_give_no_predicted_answer_away():
+    for name, path in NOTEBOOKS.items():
+        assert leaks(read(STUDENT / f"{name}.ipynb"), read(path)) == [], name
+
+
+def test_the_leak_check_finds_an_answer_shown_too_early():
+    name = "08_eagle3"
+    source, student = read(NOTEBOOKS[name]), read(STUDENT / f"{name}.ipynb")
+    (_, _, answer_cells), = questions(source)
+    first = answer_cells[0]
+    untagged, shown = json.loads(json.dumps(source)), json.loads(json.dumps(student))
+    untagged["cells"][first]["metadata"]["tags"].remove(PREDICT_TAG)  # the answer cell untagged
+    shown["cells"][first]["outputs"] = source["cells"][first]["outputs"]
+    assert "9,808,128" in leaks(shown, untagged)
+    told = json.loads(json.dumps(student))
+    told["cells"][first - 1]["source"] = "The answer is (c)."
+    assert "The answer is (c)" in leaks(told, source)

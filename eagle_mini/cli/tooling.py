@@ -90,17 +90,26 @@ def cmd_rehearse_step(args):
 
 def add_assignments(sub):
     from eagle_mini.course.assignments import RELEASE, STUDENT
+    from eagle_mini.course.autograde import CELL_TIMEOUT
     a = sub.add_parser("assignments", help="release and autograde the assignments and the "
-                                           "numbered notebooks' exercises (nbgrader)")
+                                           "numbered notebooks' exercises")
     commands = a.add_subparsers(dest="action", required=True, parser_class=Parser)
-    commands.add_parser("release", help=f"write the student editions to {RELEASE} and {STUDENT}")
-    grading = commands.add_parser("grade", help="autograde one submitted notebook")
+    commands.add_parser("release", help=f"write the student editions to {RELEASE} and {STUDENT} "
+                                        "(nbgrader)")
+    grading = commands.add_parser("grade", help="autograde one submitted notebook, each graded "
+                                                "cell in a fresh process")
     grading.add_argument("submission", nargs="?", default="", help="path to the .ipynb")
+    grading.add_argument("--assignment", default="",
+                         help="the exercise it must answer (an assignment or a numbered notebook); "
+                              "grades a notebook whose grading marks were lost")
+    grading.add_argument("--timeout", type=positive_int, default=CELL_TIMEOUT,
+                         help="seconds one graded cell may run")
     a.set_defaults(handler=cmd_assignments)
 
 
 def cmd_assignments(args):
-    from eagle_mini.course.assignments import grade, release
+    from eagle_mini.course.assignments import release
+    from eagle_mini.course.autograde import grade
     if args.action == "release":
         for path in release():
             print(f"wrote {path}")
@@ -108,7 +117,10 @@ def cmd_assignments(args):
     if not args.submission:
         raise EagleMiniError("say which notebook to grade: "
                              "make grade SUBMISSION=path/to/notebook.ipynb")
-    print(grade([args.submission])[0].report())
+    result = grade([args.submission], expected=args.assignment, timeout=args.timeout)[0]
+    if result.verdict:
+        raise EagleMiniError(result.verdict)
+    print(result.report())
 
 
 def add_test_browser(sub):

@@ -1,32 +1,27 @@
-"""Classroom exercises with nbgrader: student editions and autograding, for two kinds of notebook.
+"""Classroom exercises with nbgrader's markings: the sources, their student editions, and the
+helpers grading shares with them, for two kinds of notebook.
 
 * The seven assignments, in nbgrader's course layout
-  `notebooks/assignments/source/<name>/<name>.ipynb`: one idea of EAGLE / EAGLE-2 each, graded
-  whole (they run in seconds on tiny models).
+  `notebooks/assignments/source/<name>/<name>.ipynb`: one idea of EAGLE / EAGLE-2 each, on tiny
+  models that run in seconds.
 * The inline exercises of the numbered notebooks `notebooks/NN_*.ipynb`, marked the same way:
   nbgrader cell metadata (solution cells, graded cells with points), `### BEGIN SOLUTION` and
-  `### BEGIN HIDDEN TESTS` regions. A whole notebook runs for minutes, so grading runs only what
-  its exercises need (`grading_notebook`): the definitions (imports, functions, classes, constants)
-  of the cells tagged `exercise-setup`, of the solutions and of the graded cells, then the
-  hidden tests.
-
-Graded cells compare the student's function with eagle_mini's on random inputs (the package is the
-oracle); hidden tests run the student's code inside `guard.reference_off`.
+  `### BEGIN HIDDEN TESTS` regions, and the cells whose definitions the exercises need tagged
+  `exercise-setup`.
 
 * `release()` runs nbgrader's `generate_assignment` (solutions replaced by a stub, hidden tests
   removed) in a throwaway course directory and writes the student editions: every assignment to
   `notebooks/assignments/release/<name>/`, every numbered notebook to `notebooks/student/`.
-  Solution and graded cells start without output (execution counts kept), the narration keeps
-  its outputs. The output is deterministic, so it is committed.
-* `grade(paths)` autogrades submitted notebooks of both kinds in a throwaway course directory with
-  a fresh gradebook: graded cells, hidden tests included, are restored from the sources, and every
-  notebook runs in a kernel of *this* interpreter, offline, with a timeout per cell.
+  Solution and graded cells start without output (execution counts kept), and so do the cells
+  that give a predict-then-run question's answer away (tagged `predict-answer`); the narration
+  keeps its outputs. The output is deterministic, so it is committed.
+* Grading lives in `autograde` (`grade`), the guard in `guard`, what of a submission is graded in
+  `submission`.
 * `random_choices` is a helper the notebooks' tests import.
 
-nbgrader is a development dependency; only `release` and `grade` import it.
+nbgrader is a development dependency; only `release` imports it.
 
     python -m eagle_mini assignments release
-    python -m eagle_mini assignments grade path/to/submitted.ipynb
 """
 import ast
 import json
@@ -36,7 +31,6 @@ import sys
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle_mini.errors import EagleMiniError
@@ -50,11 +44,6 @@ GLOSSARY = "GLOSSARY.md"  # the numbered notebooks link to it; student editions 
 SETUP_TAG = "exercise-setup"  # a numbered notebook's cell whose definitions its exercises need
 PREDICT_TAG = "predict-answer"  # a cell that reveals a predict-then-run answer: no output in student editions
 HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
-CELL_TIMEOUT = 120  # seconds a cell may run when autograding; every graded cell needs a few
-# The first cell grading runs in a numbered notebook: nbgrader zeroes a graded cell that writes to
-# stderr, so warnings are silenced; the tests run tiny models, fastest on one thread.
-PRELUDE = ("import warnings\n\nimport torch\n\n"
-           "warnings.simplefilter(\"ignore\")\ntorch.set_num_threads(1)\n")
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -140,39 +129,6 @@ def _definitions(source: str) -> str:
     return "".join(line + "\n" for line in kept)
 
 
-def grading_notebook(notebook: dict, submission: dict | None = None) -> dict:
-    """What grading runs of a numbered notebook, in its order: a prelude (`PRELUDE`), then the
-    definitions (`_definitions`) of the cells tagged `exercise-setup`, of the solution cells and of
-    the graded cells, each graded cell followed by its hidden tests (one without hidden tests runs
-    whole).
-
-    The narration and its runs (SmolLM2 generations, trained heads, benchmarks: minutes) stay out,
-    and so do the visible tests, which check the solutions on those runs' data: the hidden tests
-    check the same properties on fresh tiny inputs. Solution cells come from `submission` when
-    given (matched by grade id; a missing one is empty), every other cell from `notebook`.
-    """
-    answers = {_nbgrader(c).get("grade_id"): "".join(c["source"])
-               for c in (submission or {"cells": []})["cells"] if _nbgrader(c).get("solution")}
-    cells = [{"cell_type": "code", "execution_count": None, "id": "grading-prelude",
-              "metadata": {}, "outputs": [], "source": PRELUDE}]
-    for cell in notebook["cells"]:
-        meta, source = _nbgrader(cell), "".join(cell["source"])
-        if cell["cell_type"] != "code":
-            continue
-        if meta.get("grade"):
-            visible, marker, hidden = source.partition(HIDDEN_TESTS)
-            source = _definitions(visible) + marker + hidden if marker else source
-        elif meta.get("solution"):
-            answer = source if submission is None else answers.get(meta["grade_id"], "")
-            source = _definitions(answer)
-        elif SETUP_TAG in cell["metadata"].get("tags", []):
-            source = _definitions(source)
-        else:
-            continue
-        cells.append({**cell, "source": source, "outputs": [], "execution_count": None})
-    return {**notebook, "cells": cells}
-
-
 @contextmanager
 def _environment(**variables):
     """Set environment variables (seen by the kernels nbgrader starts) for the block only."""
@@ -248,7 +204,6 @@ def _course(notebooks: dict[str, dict]):
         config = Config()
         config.CourseDirectory.root = str(root)
         config.ClearOutput.enabled = False  # _student_edition clears what a student must not see
-        config.Execute.timeout = CELL_TIMEOUT
         config.KernelManager.transport_encryption = "auto"  # the kernelspec offers CurveZMQ
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         with _environment(JUPYTER_PATH=str(root), PATH=path), warnings.catch_warnings():
@@ -285,93 +240,3 @@ def release(source: Path = SOURCE, out: Path = RELEASE, numbered: Path = NOTEBOO
         if glossary.exists() and lessons:
             written.append(Path(shutil.copyfile(glossary, student / GLOSSARY)))
         return written
-
-
-@dataclass
-class Grade:
-    """Points of one submitted notebook. scores: grade id -> (points, max points), in cell order;
-    errors: cell (grade id, else cell id) -> "ExceptionName: message" for every cell that raised."""
-    submission: Path
-    assignment: str
-    scores: dict[str, tuple[float, float]]
-    errors: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def total(self) -> tuple[float, float]:
-        return (sum(s for s, _ in self.scores.values()), sum(m for _, m in self.scores.values()))
-
-    def report(self) -> str:
-        """A few lines for a terminal: points per exercise, the error of a failed one, the total."""
-        width = max(len(g) for g in self.scores) + 2
-        lines = [f"{self.submission} ({self.assignment})"]
-        for gid, (score, most) in self.scores.items():
-            why = f"   {self.errors[gid][:100]}" if gid in self.errors and score < most else ""
-            lines.append(f"  {gid:<{width}}{score:g} / {most:g}{why}")
-        score, most = self.total
-        lines.append(f"  {'total':<{width}}{score:g} / {most:g}")
-        return "\n".join(lines)
-
-
-def _read_notebook(path: Path) -> dict:
-    if not path.is_file():
-        raise EagleMiniError(f"submission {path} is not a file")
-    try:
-        notebook = json.loads(path.read_text())
-        notebook["cells"]
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
-        raise EagleMiniError(f"submission {path} is not a Jupyter notebook") from None
-    return notebook
-
-
-def identify(path: Path, sources: dict[str, Path]) -> str:
-    """Which assignment or numbered notebook a submission answers, from its graded cells' ids (the
-    file may have been renamed)."""
-    ids = set(grade_ids(_read_notebook(path)))
-    for name, notebook in sources.items():
-        if ids & set(grade_ids(json.loads(notebook.read_text()))):
-            return name
-    raise EagleMiniError(f"submission {path} has no graded cell of any assignment or numbered "
-                         f"notebook ({', '.join(sources)})")
-
-
-def _errors(notebook: dict) -> dict[str, str]:
-    out = {}
-    for cell in notebook["cells"]:
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "error":
-                name = cell["metadata"].get("nbgrader", {}).get("grade_id", cell.get("id"))
-                out[name] = f"{o['ename']}: {o['evalue']}".strip().splitlines()[0]
-                break
-    return out
-
-
-def grade(submissions, source: Path = SOURCE, numbered: Path = NOTEBOOKS) -> list[Grade]:
-    """Autograde submitted notebooks (any mix of assignments and numbered notebooks), one fresh
-    kernel each. A numbered notebook is graded on its `grading_notebook`."""
-    from nbgrader.api import Gradebook
-
-    paths = [Path(p) for p in submissions]
-    lessons = numbered_notebooks(numbered)
-    sources = {**source_notebooks(source), **lessons}
-    names = [identify(p, sources) for p in paths]
-    notebooks = {name: json.loads(sources[name].read_text()) for name in sorted(set(names))}
-    graded = {name: grading_notebook(nb) if name in lessons else nb
-              for name, nb in notebooks.items()}
-    with _course(graded) as (api, root):
-        for i, (path, name) in enumerate(zip(paths, names)):
-            submitted = _read_notebook(path)
-            if name in lessons:
-                submitted = grading_notebook(notebooks[name], submitted)
-            _write(submitted, root / "submitted" / f"student{i}" / name / f"{name}.ipynb")
-        for name in graded:
-            _check(api.autograde(name, "*"), f"to autograde {name}")
-        grades = []
-        with Gradebook(api.coursedir.db_url) as gb:
-            for i, (path, name) in enumerate(zip(paths, names)):
-                student = f"student{i}"
-                cells = {g.name: g for g in gb.find_submission_notebook(name, name, student).grades}
-                executed = root / "autograded" / student / name / f"{name}.ipynb"
-                scores = {gid: (cells[gid].score, cells[gid].max_score)
-                          for gid in grade_ids(notebooks[name])}
-                grades.append(Grade(path, name, scores, _errors(json.loads(executed.read_text()))))
-    return grades

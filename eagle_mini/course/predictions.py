@@ -1,10 +1,34 @@
 """Predict-then-run questions: the learner writes a number down, the next cell measures it and says
 how close the prediction was. Never raises, so a notebook left at its default still runs (nbval).
 
+A question is a pair of cells: the *predict* cell, where the learner types, holds the answer in its
+metadata (`metadata["eagle_mini"]["answer"]`, the phrases that state it), and the cells after it
+that measure and reveal it are tagged `predict-answer` (their outputs are cleared in the student
+editions). Nothing before an answer cell may state the answer, its source included: a reason that
+would give it away is printed from `WHY` when the learner runs the check.
+
     >>> check_prediction(2.0, 2.1, tolerance=0.15).within
     True
 """
 from dataclasses import dataclass
+
+WHY = {
+    "bigger-budget": (
+        "what the 8-token tree got: expansion does not look at total_tokens, and reranking keeps "
+        "the best total_tokens - 1 candidates, so the 8-token tree is part of the 32-token one and "
+        "the target's greedy walk goes at least as far in it. A bigger budget never accepts less; "
+        "what it costs is a bigger verification forward (notebook 00's cost curve), and notebook 06 "
+        "weighs the two."),
+}
+
+
+def why(question: str) -> str:
+    """The reasoning behind a predict-then-run question's answer (`WHY`).
+
+    >>> why("bigger-budget").startswith("what the 8-token tree got")
+    True
+    """
+    return WHY[question]
 
 
 @dataclass
