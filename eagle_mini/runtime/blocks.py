@@ -31,52 +31,77 @@ _LAST = [None, None]   # (weak reference to a mask, its plan): HF hands every la
 
 @dataclass
 class Plan:
-    """Where each query's keys lie. The first `shared` keys (whole blocks of the committed cache)
-    are the same for every query; each query's tail, the rest of its virtual sequence padded to
-    whole blocks, is `index` (into the cache) where `valid`."""
+    """Where each query's keys lie. The first `shared` keys of the cache (whole blocks, the cache
+    padded with zeros up to them) are read by every query where `seen` allows (None: all of them);
+    each query's tail, the rest of its virtual sequence padded to whole blocks, is `index` (into
+    the cache) where `valid`."""
     shared: int
-    index: torch.Tensor    # [q, tail] long
-    valid: torch.Tensor    # [q, tail] bool
+    seen: torch.Tensor | None   # [q, shared] bool
+    index: torch.Tensor         # [q, tail] long
+    valid: torch.Tensor         # [q, tail] bool
 
 
-def make_plan(ancestors: torch.Tensor, committed: int, share: bool = True) -> Plan:
+def blocks_of(keys: int) -> int:
+    """`keys` rounded up to whole blocks."""
+    return -(-keys // BLOCK) * BLOCK
+
+
+def chain_plan(q: int, keys: int, device) -> Plan:
+    """q new tokens in a chain over keys - q cached ones (a one-token step, a prefill, a chain of
+    candidates): the cache *is* each query's virtual sequence, so every key is shared and query i
+    sees the first keys - q + i + 1 of them."""
+    shared = blocks_of(keys)
+    seen = (torch.arange(shared, device=device)
+            < (keys - q + 1 + torch.arange(q, device=device)).unsqueeze(1))
+    empty = torch.zeros(q, 0, dtype=torch.long, device=device)
+    return Plan(shared, seen, empty, empty.bool())
+
+
+def tree_plan(ancestors: torch.Tensor, committed: int) -> Plan:
     """`ancestors` [q, q] bool: which new keys each query sees (itself included), over a cache of
-    `committed` keys every query sees in full. `share=False` puts every key in the tail: one
-    query gathers its few blocks and runs one product of each kind instead of two."""
-    q = ancestors.shape[0]
-    shared = committed // BLOCK * BLOCK if share else 0
+    `committed` keys every query sees in full: the cache's whole blocks are shared, and each
+    query gathers the rest of its virtual sequence (the cache's last part block, then its
+    ancestors in order)."""
+    q, device = ancestors.shape[0], ancestors.device
+    shared = committed // BLOCK * BLOCK
     rest = committed - shared
     counts = ancestors.sum(1)
-    order = torch.where(ancestors, torch.arange(q, device=ancestors.device),
-                        q + torch.arange(q, device=ancestors.device)).sort(1).values
-    tail = -(-(rest + int(counts.max())) // BLOCK) * BLOCK
-    index = torch.zeros(q, tail, dtype=torch.long, device=ancestors.device)
-    index[:, :rest] = torch.arange(shared, committed, device=ancestors.device)
+    order = torch.where(ancestors, torch.arange(q, device=device),
+                        q + torch.arange(q, device=device)).sort(1).values
+    tail = blocks_of(rest + int(counts.max()))
+    index = torch.zeros(q, tail, dtype=torch.long, device=device)
+    index[:, :rest] = torch.arange(shared, committed, device=device)
     width = min(q, tail - rest)
     index[:, rest:rest + width] = (order[:, :width] % q) + committed
-    valid = torch.arange(tail, device=ancestors.device) < (rest + counts).unsqueeze(1)
-    return Plan(shared, index, valid)
+    valid = torch.arange(tail, device=device) < (rest + counts).unsqueeze(1)
+    return Plan(shared, None, index, valid)
 
 
 @lru_cache(maxsize=16)
-def _one_token_plan(keys: int, device: str) -> Plan:
-    return make_plan(torch.ones(1, 1, dtype=torch.bool, device=device), keys - 1, share=False)
+def _chain_plan(q: int, keys: int, device: str) -> Plan:
+    return chain_plan(q, keys, device)
 
 
 def plan_of(attention_mask, q: int, k: int, device) -> Plan | None:
-    """The plan of a forward: one query over the whole cache when there is no mask, else read
-    from the mask (made once per forward, as every layer gets the same mask). None for a mask that
-    hides some committed keys (a draft head growing its tree over its own earlier entries): such a
-    forward is not a step of vanilla decoding, and its caller attends another way."""
+    """The plan of a forward: a chain over the whole cache when there is no mask (a one-token
+    step, a prefill), else read from the mask (made once per forward, as every layer gets the same
+    mask). None for a mask that hides some committed keys (a draft head growing its tree over its
+    own earlier entries): such a forward is not a step of vanilla decoding, and its caller attends
+    another way."""
     if attention_mask is None:
-        return _one_token_plan(k, str(device))
+        return _chain_plan(q, k, str(device))
     if _LAST[0] is not None and _LAST[0]() is attention_mask:
         return _LAST[1]
     rows = attention_mask[0, 0]
     allowed = rows if rows.dtype == torch.bool else rows == 0
     committed = k - q
-    plan = (make_plan(allowed[:, committed:], committed) if bool(allowed[:, :committed].all())
-            else None)
+    new = allowed[:, committed:]
+    if not bool(allowed[:, :committed].all()):
+        plan = None
+    elif torch.equal(new, torch.ones_like(new).tril()):
+        plan = _chain_plan(q, k, str(device))
+    else:
+        plan = tree_plan(new, committed)
     _LAST[:] = [weakref.ref(attention_mask), plan]
     return plan
 
@@ -93,25 +118,33 @@ def blocked(query, key, value, plan: Plan, scale: float, rows: int):
     shared, tail = plan.shared, plan.index.shape[1]
     qf = (query.float() * scale).view(kv, g, q, d).transpose(1, 2)          # [kv, q, g, d]
     kf, vf = key.float(), value.float()
-    kt, vt = kf[:, plan.index], vf[:, plan.index]                            # [kv, q, tail, d]
-    scores = torch.matmul(pad_rows(qf, rows), kt.transpose(-1, -2))[:, :, :g]
-    scores = scores.masked_fill(~plan.valid.view(1, q, 1, tail), float("-inf"))
+    parts = []
     if shared:
-        first = torch.matmul(pad_rows(qf.reshape(kv, q * g, d), rows),
-                             kf[:, :shared].transpose(-1, -2))[:, :q * g]
-        scores = torch.cat([first.view(kv, q, g, shared), scores], dim=-1)
+        ks, vs = (F.pad(x[:, :shared], (0, 0, 0, max(0, shared - x.shape[1]))) for x in (kf, vf))
+        first = torch.matmul(pad_rows(qf.reshape(kv, q * g, d), rows), ks.transpose(-1, -2))
+        first = first[:, :q * g].view(kv, q, g, shared)
+        if plan.seen is not None:
+            first = first.masked_fill(~plan.seen.view(1, q, 1, shared), float("-inf"))
+        parts.append(first)
+    if tail:
+        kt, vt = kf[:, plan.index], vf[:, plan.index]                        # [kv, q, tail, d]
+        last = torch.matmul(pad_rows(qf, rows), kt.transpose(-1, -2))[:, :, :g]
+        parts.append(last.masked_fill(~plan.valid.view(1, q, 1, tail), float("-inf")))
+    scores = torch.cat(parts, dim=-1) if len(parts) == 2 else parts[0]
     e = torch.exp(scores - scores.amax(-1, keepdim=True))                    # [kv, q, g, keys]
-    blocks = (shared + tail) // BLOCK
-    e = e.view(kv, q, g, blocks, BLOCK)
+    e = e.view(kv, q, g, (shared + tail) // BLOCK, BLOCK)
     sums = e.sum(-1)                                                         # [kv, q, g, blocks]
-    out = torch.matmul(pad_rows(e[:, :, :, shared // BLOCK:].transpose(2, 3), rows),
-                       vt.view(kv, q, tail // BLOCK, BLOCK, d))[..., :g, :].transpose(2, 3)
+    outs = []
     if shared:
         by_block = e[:, :, :, :shared // BLOCK].permute(0, 3, 1, 2, 4).reshape(
             kv, shared // BLOCK, q * g, BLOCK)
-        head = torch.matmul(pad_rows(by_block, rows), vf[:, :shared].view(kv, -1, BLOCK, d))
-        head = head[:, :, :q * g].view(kv, -1, q, g, d).permute(0, 2, 3, 1, 4)
-        out = torch.cat([head, out], dim=-2)                                 # [kv, q, g, blocks, d]
+        head = torch.matmul(pad_rows(by_block, rows), vs.view(kv, -1, BLOCK, d))
+        outs.append(head[:, :, :q * g].view(kv, -1, q, g, d).permute(0, 2, 3, 1, 4))
+    if tail:
+        rest = torch.matmul(pad_rows(e[:, :, :, shared // BLOCK:].transpose(2, 3), rows),
+                            vt.view(kv, q, tail // BLOCK, BLOCK, d))
+        outs.append(rest[..., :g, :].transpose(2, 3))
+    out = torch.cat(outs, dim=-2) if len(outs) == 2 else outs[0]             # [kv, q, g, blocks, d]
     total = torch.cumsum(out, dim=-2)[..., -1, :] / torch.cumsum(sums, dim=-1)[..., -1:]
     return total.to(query.dtype).permute(0, 2, 1, 3).reshape(h, q, d)
 

@@ -55,26 +55,35 @@ CHECK_CHOICES = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 0, 0]]
 
 def exact_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                     is_causal=None, **kwargs):
-    """HF attention function (query [b, h, q, d], key and value [b, kv_heads, k, d]). A prefill
-    (q > 1, no mask) is one causal call, shared by vanilla and EAGLE alike. Otherwise every query
-    is a single query over exactly the keys its mask row allows, in order: a one-token step is the
-    case of one query over the whole cache. Three ways compute that (`make_exact` takes the first
-    that passes its self-check): `BLOCKS` (`blocked`), `GROUPED` (`single_queries`), `ALONE`."""
+    """HF attention function (query [b, h, q, d], key and value [b, kv_heads, k, d]). Every query
+    is a single query over exactly the keys its mask row allows (no mask: a causal chain), in
+    order: a one-token step is the case of one query over the whole cache. Three ways compute
+    that (`make_exact` takes the first that passes its self-check): `BLOCKS` (`blocks.blocked`),
+    `GROUPED` (`single_queries`), `ALONE`. With `BLOCKS` a prefill, too, gives every token the
+    bits of a one-token step, so a prompt split anywhere (Hugging Face's prompt lookup prefills
+    the prompt with its first candidates) caches the same keys; the other ways prefill with one
+    causal call, shared by vanilla and EAGLE alike."""
+    if query.shape[0] > 1:   # a batch: each sequence on its own, as batch 1 computes it
+        return torch.cat([exact_attention(
+            module, query[b:b + 1], key[b:b + 1], value[b:b + 1],
+            None if attention_mask is None else attention_mask[b:b + 1], scaling=scaling)[0]
+            for b in range(query.shape[0])]), None
     q, k = query.shape[2], key.shape[2]
     scale = scaling or query.shape[-1] ** -0.5
-    if attention_mask is None and q > 1:
-        gqa = {"enable_gqa": True} if key.shape[1] != query.shape[1] else {}
-        causal = torch.ones(q, k, dtype=torch.bool, device=query.device).tril(k - q)
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=causal, scale=scaling,
-                                             **gqa)
-        return out.transpose(1, 2).contiguous(), None
     way = getattr(module.config, "exact_attention", GROUPED)
     plan = plan_of(attention_mask, q, k, query.device) if way == BLOCKS else None
+    if plan is not None and plan.seen is not None and q > PREFILL_CHUNK:
+        return chunked_prefill(query, key, value, scale, module.config.exact_rows), None
     if plan is not None:
         out = blocked(query[0], key[0], value[0], plan, scale, module.config.exact_rows)
         return out.transpose(0, 1).unsqueeze(0), None
-    keys = (torch.arange(k, device=key.device).view(1, k) if attention_mask is None
-            else keys_of(attention_mask))
+    if q > 1 and q == k and attention_mask is None:
+        gqa = {"enable_gqa": True} if key.shape[1] != query.shape[1] else {}
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling,
+                                             **gqa)
+        return out.transpose(1, 2).contiguous(), None
+    keys = (keys_of(torch.ones(q, k, dtype=torch.bool, device=key.device).tril(k - q)[None, None])
+            if attention_mask is None else keys_of(attention_mask))
     if way == ALONE:
         out = torch.cat([F.scaled_dot_product_attention(
             query[:, :, i:i + 1], key.index_select(2, idx), value.index_select(2, idx),
@@ -83,6 +92,23 @@ def exact_attention(module, query, key, value, attention_mask, dropout=0.0, scal
     else:
         out = single_queries(query, key, value, keys, scale)
     return out.transpose(1, 2).contiguous(), None
+
+
+PREFILL_CHUNK = 256   # a long chain runs this many queries at a time (rows are row invariant)
+
+
+def chunked_prefill(query, key, value, scale: float, rows: int):
+    """A causal chain of many queries, `PREFILL_CHUNK` at a time, each chunk over the keys up to
+    its last query: the same bits per query, in bounded memory."""
+    q, k = query.shape[2], key.shape[2]
+    outs = []
+    for start in range(0, q, PREFILL_CHUNK):
+        stop = min(q, start + PREFILL_CHUNK)
+        keys = k - q + stop
+        plan = plan_of(None, stop - start, keys, query.device)
+        outs.append(blocked(query[0, :, start:stop], key[0, :, :keys], value[0, :, :keys], plan,
+                            scale, rows))
+    return torch.cat(outs, dim=1).transpose(0, 1).unsqueeze(0)
 
 
 _LAST_MASK = [None, None]   # (weak reference to a mask, its key lists): every layer gets one mask
@@ -339,19 +365,26 @@ def source_tag() -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
+PREFILL_TAIL = 3   # the self-check's prefill: its last tokens against one-token steps
+
+
 @torch.no_grad()
 def self_check(target, prefix_len: int = 2 * BLOCK - 2, seed: int = 0) -> tuple[bool, str]:
-    """A tree forward (`CHECK_CHOICES`) over a random prefix against one-token replays of every
-    root-to-leaf path: (every node's logits bit-identical, one line saying so or where they part)."""
+    """A prefill's last tokens, then a tree forward (`CHECK_CHOICES`) over the prefix, against
+    one-token replays (of every root-to-leaf path): (every logit bit-identical, one line saying
+    so or where they part)."""
     tree = from_choices(CHECK_CHOICES)
     g = torch.Generator().manual_seed(seed)
     prefix = torch.randint(0, target.vocab_size, (prefix_len,), generator=g).tolist()
     tokens = torch.randint(0, target.vocab_size, (tree.num_nodes,), generator=g)
     cache = target.new_cache()
-    target.forward(prefix, cache, all_logits=False)
+    prefill = target.forward(prefix, cache).logits
     logits = target.forward(tokens, cache, positions=tree.positions(prefix_len),
                             tree_mask=tree.mask).logits
-    crop_cache(cache, prefix_len)
+    crop_cache(cache, prefix_len - PREFILL_TAIL)
+    replays = replay_path(target, cache, prefix[-PREFILL_TAIL:])
+    if not all(torch.equal(a, b) for a, b in zip(replays, prefill[-PREFILL_TAIL:])):
+        return False, "not exact on this machine: a prefill differs from one-token steps"
     for path in tree.retrieve_paths.tolist():
         path = [node for node in path if node >= 0]
         for node, replay in zip(path, replay_path(target, cache, tokens[path].tolist())):
