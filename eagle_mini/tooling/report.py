@@ -40,7 +40,7 @@ EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_
 CURVES = ("eagle3_unroll5_curve/tau_curve.json", "eq2m_curve/tau_curve_eagle3.json",
           "eq2m_curve/tau_curve_eagle1.json")
 BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtbench_T0",
-           "bench_smollm2-135m_cpu_mtbench_T1")
+           "bench_smollm2-135m_cpu_bf16_exact_mtbench_T0", "bench_smollm2-135m_cpu_mtbench_T1")
 # The papers' own figures, cited as theirs (EAGLE_REFERENCE.md §6).
 PAPER_HEAD = "top-1 about 0.78 and tau 3.94 for the paper's Vicuna-7B head (EAGLE, MT-bench, T=0)"
 NOTEBOOK_TOPICS = {
@@ -390,6 +390,13 @@ def uses_shipped_head(f: Files, run: dict) -> bool:
     return bool(used) and int(used.group(1).replace(",", "")) == f.head().get("tokens_seen")
 
 
+def precision_label(r: dict) -> str:
+    """How a reduced-precision run verified: in exact mode, or with the stock forward."""
+    if r["dtype"] == "float32":
+        return ""
+    return " exact" if (r.get("exact") or {}).get("exact") else " stock (not exact)"
+
+
 def bench_section(f: Files) -> list[str]:
     from eagle_mini.measure.bench import markdown_table
     out = ["## Speed on this CPU (`bench`)", "",
@@ -404,8 +411,8 @@ def bench_section(f: Files) -> list[str]:
         verify = [v["verify_fraction"] for v in eagle.values()]
         best = max(eagle, key=lambda m: eagle[m]["speedup"])
         curve = dict(zip(r["cost_curve"]["ns"], r["cost_curve"]["relative"]))
-        title = (f"### {r['dtype']}, T={r['temperature']:g}, {r['n']} {r['dataset']} prompts x "
-                 f"{r['max_new_tokens']} tokens")
+        title = (f"### {r['dtype']}{precision_label(r)}, T={r['temperature']:g}, {r['n']} "
+                 f"{r['dataset']} prompts x {r['max_new_tokens']} tokens")
         facts = (f"Head: {short_head(r['head'])}"
                  + (" (the EAGLE-1 head shipped now)" if current else
                     " (an older head than the one shipped now)") + ". Verification takes "
