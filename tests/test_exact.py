@@ -16,7 +16,7 @@ from eagle_mini.decode import generate
 from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.runtime.auto import auto_tree
 from eagle_mini.runtime.cost import cost_curve
-from eagle_mini.runtime.exact import (FixedKLinear, make_exact, replay_path, restore,
+from eagle_mini.runtime.exact import (ATTENTION, FixedKLinear, make_exact, replay_path, restore,
                                       row_invariant, use_exact)
 from eagle_mini.runtime.run import run_method
 from eagle_mini.target import crop_cache, keep_cache_entries
@@ -151,3 +151,14 @@ def test_exact_mode_is_chosen_by_dtype_and_said_in_one_line():
         use_exact(bf16, "sometimes")
     unused = new_head(bf16)   # a head attaches to an exact target like to any other
     assert unused is not None
+
+
+def test_the_cost_curve_times_the_stock_forward_beside_the_exact_one():
+    target = tiny_target("llama", seed=0, dtype="bf16")
+    record = make_exact(target)
+    if not record.exact:
+        pytest.skip(record.why)
+    curve = cost_curve(target, ns=(1, 4), prefix_len=8, repeats=1, warmup=0, progress=False,
+                       compare_exact=True)
+    assert curve["exact"]["exact"] and len(curve["stock_forward"]["median_ms"]) == 2
+    assert target.exact is record and target.model.config._attn_implementation == ATTENTION

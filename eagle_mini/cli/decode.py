@@ -77,6 +77,9 @@ def add_profile_target(sub):
     p.add_argument("--with-head", action="store_true", help="also time a draft-head forward per n")
     p.add_argument("--compare-stock", action="store_true",
                    help="also time the stock kernels in the same run (before/after packing)")
+    p.add_argument("--compare-exact", action="store_true",
+                   help="on an exact target, also time the stock forward in the same run, rounds "
+                        "interleaved: what exactness costs")
     p.add_argument("--out", default=None, help="JSON path (default data/results/cost_curve_<model>.json)")
     p.add_argument("--by-op", action="store_true",
                    help="instead: where a forward of 1, 2 and 16 tokens spends its time, per op "
@@ -99,20 +102,23 @@ def cmd_profile_target(args):
         ns.append(n)
         n *= 2
     curve = cost_curve(target, ns=tuple(ns), prefix_len=args.prefix_len, repeats=args.repeats,
-                       with_head=args.with_head, compare_stock=args.compare_stock)
+                       with_head=args.with_head, compare_stock=args.compare_stock,
+                       compare_exact=args.compare_exact)
     curve["command"] = command_line()
     safe = args.model.replace("/", "_").replace(":", "_")
     out = Path(args.out or f"data/results/cost_curve_{safe}_{args.device}.json")
     json_path, png = save_curve(curve, out)
     heads = curve["head_median_ms"] or [None] * len(curve["ns"])
     stock = curve.get("stock", {}).get("relative") or [None] * len(curve["ns"])
+    plain = curve.get("stock_forward", {}).get("median_ms") or [None] * len(curve["ns"])
     roof = curve["roofline"]
     print(f"roofline here: read {roof['read_GBps']:.1f} GB/s, {roof['dtype']} GEMM "
           f"{roof['peak_GFLOPs']:.0f} GFLOP/s; c(1) is {curve['median_ms'][0] / roof['floor_ms'][0]:.1f}x "
           f"its floor")
-    for n, ms, rel, hm, st, fl in zip(curve["ns"], curve["median_ms"], curve["relative"], heads, stock,
-                                      roof["floor_ms"]):
+    for n, ms, rel, hm, st, fl, pl in zip(curve["ns"], curve["median_ms"], curve["relative"], heads,
+                                          stock, roof["floor_ms"], plain):
         print(f"n={n:3d}  {ms:8.1f} ms  c(n)/c(1) = {rel:5.2f}   floor {fl:6.1f} ms"
+              + (f"   stock forward {pl:6.1f} ms ({ms / pl:.2f}x)" if pl is not None else "")
               + (f"   stock kernels {st:5.2f}" if st is not None else "")
               + (f"   head {hm:6.2f} ms" if hm is not None else ""))
     print(f"wrote {json_path} and {png}")

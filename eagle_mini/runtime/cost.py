@@ -41,18 +41,24 @@ def chain_tokens(target, n: int, g):
 @torch.no_grad()
 def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repeats: int = 7,
                warmup: int = 2, seed: int = 0, with_head: bool = False,
-               compare_stock: bool = False, progress: bool = True) -> dict:
+               compare_stock: bool = False, compare_exact: bool = False,
+               progress: bool = True) -> dict:
     """Median forward time of n new tokens (causal tree mask) over a cached prefix, per n.
 
     With `compare_stock` (and a target loaded with packed weights, `packed.py`) the stock kernels
     are timed in the same run, rounds interleaved, and reported under `"stock"`: the before/after
-    of the packing on one machine at one moment. progress: a bar over the forwards, warm-up included.
+    of the packing on one machine at one moment. With `compare_exact` (on an exact target,
+    `exact.py`) the stock forward is timed the same way, under `"stock_forward"`: what exactness
+    costs. progress: a bar over the forwards, warm-up included.
     """
     from contextlib import nullcontext
 
+    from eagle_mini.runtime.exact import exact_of, stock_forward
     from eagle_mini.runtime.packed import is_packed, stock_kernels
     packed = is_packed(target.model)
     variants = ["packed", "stock"] if compare_stock and packed else ["packed" if packed else "stock"]
+    if compare_exact and getattr(target, "exact", None) and target.exact.exact:
+        variants = [variants[0], "stock forward"]
     g = torch.Generator().manual_seed(seed)
     cache = prefilled_cache(target, prefix_len, g)
     times = {(v, n): [] for v in variants for n in ns}
@@ -60,7 +66,8 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
                unit="forward", disable=not progress)
     for r in range(warmup + repeats):  # warm-up rounds also pack the weights once per size
         for v in variants if r % 2 == 0 else variants[::-1]:
-            with stock_kernels(target.model) if v == "stock" else nullcontext():
+            with (stock_kernels(target.model) if v == "stock" else
+                  stock_forward(target) if v == "stock forward" else nullcontext()):
                 for n in list(ns) if r % 2 == 0 else list(reversed(ns)):  # alternate direction
                     tokens, mask = chain_tokens(target, n, g)
                     sync(target.device)
@@ -84,9 +91,10 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
     out = {"head_median_ms": head_ms, "target": target.name,
            "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
            "packed": packed, "prefix_len": prefix_len, "repeats": repeats, "ns": list(ns),
-           **curve(variants[0]), "roofline": roof, "machine": machine_info()}
+           **curve(variants[0]), "exact": exact_of(target), "roofline": roof,
+           "machine": machine_info()}
     if len(variants) == 2:
-        out["stock"] = curve("stock")
+        out[variants[1].replace(" ", "_")] = curve(variants[1])
     return out
 
 
@@ -163,10 +171,15 @@ def save_curve(curve: dict, out: Path, title: str | None = None) -> tuple[Path, 
     out.write_text(results_json(curve))
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
-    label = "measured c(n)/c(1)" + (", packed weights" if curve.get("packed") else "")
+    label = ("measured c(n)/c(1)" + (", packed weights" if curve.get("packed") else "")
+             + (", exact mode" if (curve.get("exact") or {}).get("exact") else ""))
     ax.plot(curve["ns"], curve["relative"], "o-", label=label)
     if "stock" in curve:
         ax.plot(curve["ns"], curve["stock"]["relative"], "s--", label="same run, stock kernels")
+    if "stock_forward" in curve:
+        c1 = curve["median_ms"][0]
+        ax.plot(curve["ns"], [m / c1 for m in curve["stock_forward"]["median_ms"]], "s--",
+                label="same run, stock (not exact) forward, over exact c(1)")
     ax.axhline(1.0, color="gray", ls="--", lw=1, label="flat (bandwidth bound ideal)")
     if curve.get("roofline"):
         c1 = curve["median_ms"][0]

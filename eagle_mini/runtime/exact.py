@@ -25,6 +25,7 @@ costs is measured by `profile-target --exact on` against `--exact off`.
 """
 import hashlib
 import json
+from contextlib import contextmanager
 import sys
 import weakref
 from dataclasses import asdict, dataclass, field
@@ -295,6 +296,18 @@ def restore(target, attention: str = "sdpa") -> None:
                 setattr(parent, name, linear)
     target.model.set_attn_implementation(attention)
     target.exact = None
+
+
+@contextmanager
+def stock_forward(target):
+    """An exact target's stock forward for a while (the cost curve times both in one run)."""
+    record = target.exact
+    restore(target)
+    try:
+        yield target
+    finally:
+        apply(target, record.chunked, record.attention, record.rows)
+        target.exact = record
 
 
 def make_exact(target, rows=ROW_COUNTS, check: bool = True) -> ExactRecord:
