@@ -258,7 +258,10 @@ def test_every_predict_then_run_question_stores_its_answer_and_has_answer_cells(
 
 def test_student_editions_give_no_predicted_answer_away():
     for name, path in NOTEBOOKS.items():
-        assert leaks(read(STUDENT / f"{name}.ipynb"), read(path)) == [], name
+        student = read(STUDENT / f"{name}.ipynb")
+        assert leaks(student, read(path)) == [], name
+        stored = [i for i, c in enumerate(student["cells"]) if "answer" in c["metadata"].get("eagle_mini", {})]
+        assert stored == [], f"{name}: cells {stored} keep a stored answer in their metadata"
 
 
 def test_the_leak_check_finds_an_answer_shown_too_early():

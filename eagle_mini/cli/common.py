@@ -72,7 +72,7 @@ def add_decode_target_args(p):
                         "bit-identical to vanilla's one-token step, checked on this machine; auto "
                         "(default): on in bf16/fp16, off in fp32; off: the stock forward, equal to "
                         "vanilla only up to near-ties in bf16, and faster (profile-target "
-                        "--exact on/off)")
+                        "--compare-exact)")
 
 
 def add_head_args(p):

@@ -166,12 +166,17 @@ def _write(notebook: dict, path: Path) -> None:
 def _student_edition(path: Path, out: Path) -> Path:
     """Copy a notebook nbgrader generated to `out`, solution and graded cells without outputs
     (they came from the solutions and the hidden tests), and so are the cells tagged
-    `predict-answer` (they reveal a predict-then-run question's answer); the narration keeps its
+    `predict-answer` (they reveal a predict-then-run question's answer), and no cell keeps a
+    predict question's stored answer (`metadata["eagle_mini"]["answer"]`); the narration keeps its
     outputs. Every
     code cell keeps its execution count, as nbval and the notebook checks expect of an executed
     notebook."""
     notebook = json.loads(path.read_text())
     for cell in notebook["cells"]:
+        ours = cell["metadata"].get("eagle_mini", {})
+        ours.pop("answer", None)          # a predict question's stored answer stays with the teacher
+        if not ours:
+            cell["metadata"].pop("eagle_mini", None)
         answer = PREDICT_TAG in cell["metadata"].get("tags", [])
         if cell["cell_type"] == "code" and (_nbgrader(cell) or answer):
             cell["outputs"] = []

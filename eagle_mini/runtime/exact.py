@@ -21,7 +21,7 @@ weight shape on the machine at hand, then checks a whole tree forward against on
 (`self_check`). Where invariance cannot be had it says why in one line and leaves the model as it
 was. Vanilla decoding on an exact target runs the same modules, so "exact vanilla" is the baseline
 EAGLE is compared with, and the prefill, shared by both, stays one batched call. What the mode
-costs is measured by `profile-target --exact on` against `--exact off`.
+costs is measured by `profile-target --compare-exact`, both forwards timed in one run.
 """
 import hashlib
 import json
