@@ -3,13 +3,14 @@
 #   make test   - the same set-up if needed, then the whole test suite (pytest + notebooks)
 #   make test-browser - the notebooks with widgets in JupyterLab in headless Chromium
 #   make assignments / make grade SUBMISSION=nb.ipynb - student editions (nbgrader) and autograding
+#   make student-repo DIR=../class - what a class is given, in a new folder (no solutions)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: setup assets demo test test-fast test-browser assignments grade clean
+.PHONY: setup assets demo test test-fast test-browser assignments grade student-repo clean
 
 setup: $(STAMP)
 
@@ -50,6 +51,12 @@ assignments: $(STAMP)
 # exercise it must answer.
 grade: $(STAMP)
 	$(PY) -m eagle_mini assignments grade "$(SUBMISSION)" $(if $(ASSIGNMENT),--assignment "$(ASSIGNMENT)")
+
+# What a class is given, in a new or empty folder outside this repository: the student editions,
+# the released assignments, the package, its data and a Makefile for set-up; no instructor
+# edition, assignment source, hidden test, predicted answer, grading or instructor guide.
+student-repo: $(STAMP)
+	$(PY) -m eagle_mini student-repo "$(DIR)"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

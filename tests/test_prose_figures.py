@@ -41,11 +41,20 @@ def test_no_markdown_cell_carries_a_hand_typed_figure(path):
     assert not found, f"{path.name}: render these from their results file or run:\n{report(found)}"
 
 
-@pytest.mark.parametrize("name", ["README.md", "docs/usage.md", "notebooks/GLOSSARY.md"])
+@pytest.mark.parametrize("name", ["README.md", "docs/usage.md", "notebooks/GLOSSARY.md",
+                                  "notebooks/INSTRUCTOR.md"])
 def test_hand_written_documents_carry_no_figure(name):
     text = (ROOT / name).read_text()
     text = re.sub(r"<!-- generated:(\w+) -->.*?<!-- /generated:\1 -->", "", text, flags=re.DOTALL)
     assert not hand_typed_figures(text), [f.text for f in hand_typed_figures(text)]
+
+
+def test_the_instructor_guide_names_no_cpu_model_and_no_tracker():
+    """The guide for instructors points to where a measured value comes from; it names no CPU
+    model and no issue or session number either (the package's prose rule, `prose_findings`)."""
+    from eagle_mini.course.figures import prose_findings
+    found = prose_findings((ROOT / "notebooks" / "INSTRUCTOR.md").read_text())
+    assert not found, [(f.text, f.context[:120]) for f in found]
 
 
 @pytest.mark.parametrize("text, figures", [

@@ -5,7 +5,7 @@ for scripts and graders.
 
 Each command's options sit beside its handler, in the module of its group: `decode` (generate,
 demo, bench, ...), `heads` (train-head, eval-head, export, ...), `experiments`, `tooling`
-(results-md, rehearse, assignments, test-browser). `common` holds what they share. A handler turns
+(results-md, rehearse, assignments, student-repo, test-browser). `common` holds what they share. A handler turns
 the parsed options into the package's plain arguments or dataclass configs (`train-head`:
 `training.commands.TrainHeadCommand`): no argparse Namespace leaves this package, and an option
 that is a config's field takes the config's default.

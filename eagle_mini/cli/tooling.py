@@ -1,5 +1,5 @@
 """Repository tooling: results-md, rehearse (and its own steps, rehearse-step), the course's
-assignments (release, grade) and test-browser."""
+assignments (release, grade), student-repo (what a class is given) and test-browser."""
 import json
 from pathlib import Path
 
@@ -123,6 +123,25 @@ def cmd_assignments(args):
     print(result.report())
 
 
+def add_student_repo(sub):
+    s = sub.add_parser("student-repo", help="write what a class is given to a new folder: the "
+                                            "student editions, the released assignments, the "
+                                            "package and its data; no solution, hidden test, "
+                                            "predicted answer or instructor guide")
+    s.add_argument("dir", nargs="?", default="",
+                   help="a new or empty folder outside this repository")
+    s.set_defaults(handler=cmd_student_repo)
+
+
+def cmd_student_repo(args):
+    from eagle_mini.course.student_repo import write
+    if not args.dir:
+        raise EagleMiniError("say where: make student-repo DIR=path/to/a/new/folder")
+    out = write(args.dir)
+    print(f"wrote {out}: student editions, released assignments, the package and its data; "
+          "checked: no solution, hidden test, predicted answer or instructor guide")
+
+
 def add_test_browser(sub):
     from eagle_mini.tooling.browser import OUT, TIMEOUT
     t = sub.add_parser("test-browser", help="every numbered notebook with widgets, run in "
@@ -141,5 +160,5 @@ def cmd_test_browser(args) -> int:
 
 def register(sub):
     for add in (add_results_md, add_rehearse, add_rehearse_step, add_assignments,
-                add_test_browser):
+                add_student_repo, add_test_browser):
         add(sub)
