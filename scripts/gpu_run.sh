@@ -6,11 +6,14 @@
 #      (built directly on the GPU: no download), for the projected 7B speedup of notebook 06;
 #   3. the benchmark on the embedded target with the shipped head;
 #   4. ShareGPT train conversations with the target's own replies (training text, see below).
-# Run after `make setup` on a machine with CUDA:  bash scripts/gpu_run.sh
+# Run after `make setup` (.venv) or `make gpu-setup` (the current Python, e.g. on Colab) on a machine
+# with CUDA:  bash scripts/gpu_run.sh   (PY=... names another interpreter)
 # Results land in data/results/gpu/ with the GPU named inside each JSON (machine.gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
+if [ -z "${PY:-}" ]; then
+    if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
 OUT=${OUT:-data/results/gpu}
 mkdir -p "$OUT"
 EAGLE_MINI_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider tests/test_lossless_sampling.py \

@@ -21,6 +21,10 @@ __all__ = ["Parser", "build_parser", "head_for", "load", "main", "positive_int",
 
 GROUPS = (decode, heads, experiments, tooling)
 
+# torch's out-of-memory error while a command runs (loading has its own line, `models.load_error`).
+OUT_OF_MEMORY = ("out of GPU memory: try a shorter --max-new-tokens or a smaller tree, bf16 instead "
+                 "of fp32, or a GPU with more memory (README.md, 'On a GPU')")
+
 
 def build_parser() -> Parser:
     """Every command, registered by its group's module (`register(sub)`)."""
@@ -41,4 +45,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("eagle-mini: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as e:
+        if type(e).__name__ != "OutOfMemoryError":  # torch's (CUDA) out-of-memory error
+            raise
+        print(f"eagle-mini: error: {OUT_OF_MEMORY}", file=sys.stderr)
+        return 2
     return code if isinstance(code, int) else 0
