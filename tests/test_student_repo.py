@@ -109,9 +109,13 @@ def plant_grading_guide(tree):
 
 
 def plant_stored_answers(tree):
-    """The committed student editions keep each predict question's answer in cell metadata."""
-    for name in LESSONS:
-        shutil.copyfile(STUDENT / f"{name}.ipynb", tree / "notebooks" / f"{name}.ipynb")
+    """A predict question's answer left in a student edition's cell metadata, as the instructor
+    editions store it."""
+    name = next(iter(LESSONS))
+    path = tree / "notebooks" / f"{name}.ipynb"
+    notebook = read(path)
+    notebook["cells"][0]["metadata"]["eagle_mini"] = {"answer": ["(c)"]}
+    path.write_text(json.dumps(notebook))
 
 
 def plant_markerless_solution(tree):
