@@ -285,3 +285,26 @@ def test_no_other_package_function_shares_a_switched_off_functions_fingerprint()
                 f = getattr(f, "__func__", f)
                 if isinstance(f, types.FunctionType) and fingerprint(f.__code__) in mine:
                     assert mine[fingerprint(f.__code__)] is f, (f, mine[fingerprint(f.__code__)])
+
+
+def test_a_librarys_own_counters_may_move_but_a_package_number_may_not():
+    """Hypothesis keeps gc timers in module globals that move whenever gc runs; the package's
+    numbers (a tolerance, a threshold) are what a check reads, so rebinding one fails the block."""
+    counters = types.ModuleType("some_test_library")
+    counters.elapsed = 0.0
+    sys.modules["some_test_library"] = counters
+    try:
+        with reference_off(eagle_mini.tree.chain):
+            counters.elapsed += 1.5
+    finally:
+        del sys.modules["some_test_library"]
+    saved = eagle_mini.tree.__dict__.get("PLANTED_LIMIT")
+    eagle_mini.tree.PLANTED_LIMIT = 1
+    try:
+        with pytest.raises(RuntimeError, match="changed what the tests rely on"):
+            with reference_off(eagle_mini.tree.chain):
+                eagle_mini.tree.PLANTED_LIMIT = 10 ** 9
+        assert eagle_mini.tree.PLANTED_LIMIT == 1   # and it was put back
+    finally:
+        del eagle_mini.tree.PLANTED_LIMIT
+        assert saved is None
