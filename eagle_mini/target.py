@@ -120,6 +120,11 @@ class Target:
         return Step(logits=logits.float(), features=features, layers=layers)
 
 
+def head_dim(config) -> int:
+    """A config's attention head size: its own `head_dim`, else hidden size over heads."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def attention_mask_4d(tree_mask, past: int, dtype, device) -> torch.Tensor:
     """[n, m] bool mask over the last m cache entries -> [1, 1, n, past + n] additive mask.
 

@@ -39,6 +39,7 @@ from transformers.models.llama.modeling_llama import (LlamaAttention, LlamaMLP, 
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads.base import (check_compatible, layer_positions_and_mask, load_weights,
                                     move_keeping_rope_fp32, read_head_dir, save_head_dir)
+from eagle_mini.target import head_dim
 
 KIND = "eagle3"
 
@@ -77,8 +78,7 @@ def draft_layer_config(target_config, rope: dict | None = None, rms_norm_eps=Non
     target's). `rope` (`rope_parameters` form) and `rms_norm_eps`: the draft's own where a
     published file gives them (`formats.file_rope`), else the target's."""
     kw = {k: getattr(target_config, k) for k in DRAFT_FIELDS if hasattr(target_config, k)}
-    kw["head_dim"] = (getattr(target_config, "head_dim", None)
-                      or target_config.hidden_size // target_config.num_attention_heads)
+    kw["head_dim"] = head_dim(target_config)
     if rms_norm_eps is not None:
         kw["rms_norm_eps"] = rms_norm_eps
     cfg = LlamaConfig(**kw, num_hidden_layers=1, attention_bias=False, mlp_bias=False,

@@ -40,7 +40,7 @@ from eagle_mini.errors import EagleMiniError
 from eagle_mini.models import cache_dir
 from eagle_mini.results import cpu_tag, results_json
 from eagle_mini.runtime.blocks import BLOCK, blocked, min_rows, plan_of
-from eagle_mini.target import crop_cache
+from eagle_mini.target import crop_cache, head_dim
 from eagle_mini.tree import from_choices
 
 ATTENTION = "eagle_mini_exact"
@@ -316,9 +316,7 @@ def make_exact(target, rows=ROW_COUNTS, check: bool = True) -> ExactRecord:
     says why. The record is kept as `target.exact`."""
     previous = target.model.config._attn_implementation
     chunked = {s: c for s, c in measure_chunks(target.model, rows).items() if c}
-    config = target.model.config
-    least = min_rows(getattr(config, "head_dim", None)
-                     or config.hidden_size // config.num_attention_heads, target.device)
+    least = min_rows(head_dim(target.model.config), target.device)
     ways = ((BLOCKS,) if least else ()) + (GROUPED, ALONE)   # the fastest first
     for attention in ways:
         apply(target, chunked, attention, least or 0)

@@ -16,6 +16,8 @@ import time
 import torch
 from torch import nn
 
+from eagle_mini.target import head_dim
+
 
 def median_seconds(fn, repeats: int, device) -> float:
     def run():
@@ -59,17 +61,15 @@ def forward_flops(model: nn.Module, n: int, context: int) -> float:
     (the output layer included) and attention's two products."""
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     cfg = model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    attention = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim * (context + n)
+    attention = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim(cfg) * (context + n)
     return 2.0 * n * linear + n * attention
 
 
 def kv_bytes(model: nn.Module, context: int, element_size: int) -> int:
     """Bytes of the cached keys and values a forward reads."""
     cfg = model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * context * element_size
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim(cfg) * context * element_size
 
 
 def floor_ms(target, n: int, context: int, roof: dict) -> float:
