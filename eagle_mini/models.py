@@ -26,7 +26,7 @@ from transformers.utils import logging as hf_logging
 
 from eagle_mini.assets import asset_path
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.runtime.packed import is_packed, pack_linears
+from eagle_mini.runtime.packed import pack_linears, packed_kind
 from eagle_mini.target import Target
 
 # Vicuna v1.1's conversation format (FastChat's "vicuna_v1.1", which EAGLE's authors used to train
@@ -147,10 +147,10 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
                 pack: bool = True) -> Target:
     """Load a target by course name, local directory or hub id and wrap it in a `Target`.
 
-    On a CPU in fp32, `pack` (True) routes the linears through prepacked weights (`packed.py`):
-    multi-token forwards (tree verification) get cheaper on most CPUs, one-token forwards and
-    prefill are unchanged. False keeps the stock kernels. `runtime.kernels.use_kernels` (the CLI's
-    `--kernels auto`) times both here and keeps the faster. `target.kernels` says which run.
+    On a CPU in fp32 or bf16, `pack` (True) routes the linears through weights laid out once
+    (`packed.py`, oneDNN's layout): one-token and tree forwards get cheaper. False keeps the stock
+    kernels. `runtime.kernels.use_kernels` (the CLI's `--kernels auto`) times every choice here
+    and keeps the fastest. `target.kernels` says which run.
 
     `random:<name>` (e.g. `random:vicuna-7b`) builds that architecture with random weights directly
     on `device`: the verification cost curve at 7B scale needs no download.
@@ -171,10 +171,10 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
     template = known_spec(name, where).get("chat_template")
     if template and not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = template
-    if pack and model.device.type == "cpu" and model.dtype == torch.float32:
+    if pack and model.device.type == "cpu" and model.dtype in (torch.float32, torch.bfloat16):
         pack_linears(model)
     target = Target(model, tokenizer, name=name)
-    target.kernels = {"kernels": "packed" if is_packed(model) else "stock",
+    target.kernels = {"kernels": packed_kind(model) or "stock",
                       "how": f"load_target(pack={pack})"}
     return target
 

@@ -53,9 +53,11 @@ def add_target_args(p):
     p.add_argument("--dtype", default="fp32", help="fp32 (default), bf16 or fp16")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
-    p.add_argument("--kernels", default="auto", choices=["auto", "packed", "stock"],
-                   help="CPU, fp32: prepacked weights (packed.py), the stock kernels, or auto (the "
-                        "faster of the two here, timed once per CPU model and cached)")
+    p.add_argument("--kernels", default="auto",
+                   choices=["auto", "packed", "onednn", "mkl", "stock"],
+                   help="CPU matmuls: weights laid out once (packed.py: onednn, fp32 and bf16; mkl, "
+                        "fp32; packed: the first of these here), the stock kernels, or auto (the "
+                        "fastest here, timed once per CPU model and cached)")
     p.add_argument("--no-pack", dest="kernels", action="store_const", const="stock",
                    help="the same as --kernels stock")
     p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],

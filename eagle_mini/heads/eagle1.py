@@ -62,7 +62,9 @@ class DraftHead(nn.Module):
         weight = target.model.lm_head.weight.detach()  # frozen: never part of the head's graph
         full = self.draft_to_target.numel() == weight.shape[0]
         self._shared = {"embed": target.model.model.embed_tokens, "target_lm_head": weight,
-                        "lm_head": weight if full else weight[self.draft_to_target.to(weight.device)]}
+                        "lm_head": weight if full else weight[self.draft_to_target.to(weight.device)],
+                        # the full vocabulary: the target's own module, with its kernels (packed.py)
+                        "lm_head_module": target.model.lm_head if full else None}
         return move_keeping_rope_fp32(self, weight.device, weight.dtype)
 
     @property
@@ -81,8 +83,9 @@ class DraftHead(nn.Module):
         """predicted features [n, H] -> draft logits [n, draft_vocab] (map ids with draft_to_target).
         In the lm_head's dtype: an fp32 head in training on a bf16 target casts its output, not
         the target's vocabulary-sized weight."""
-        lm = self._shared["lm_head"]
-        return predicted.to(lm.dtype) @ lm.T
+        lm, module = self._shared["lm_head"], self._shared.get("lm_head_module")
+        x = predicted.to(lm.dtype)
+        return module(x) if module is not None else x @ lm.T
 
     def fuse(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """The fc input per position: [..., H] feature and/or embedding of the shifted token."""

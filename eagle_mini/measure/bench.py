@@ -123,7 +123,8 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     later = curve_round_points(len(prompts), curve_rounds)
     auto_tree, auto_scores = None, None
     if AUTO in methods:
-        auto_tree, auto_scores = choose_auto_tree(target, pick_head(AUTO, head), curve, calibration)
+        auto_tree, auto_scores = choose_auto_tree(target, pick_head(AUTO, head, target), curve,
+                                                    calibration)
     for m in methods:  # warm-up
         run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree)
     rows, outputs, more = _interleaved(target, head, methods, prompts, max_new_tokens, temperature,

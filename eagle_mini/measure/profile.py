@@ -15,7 +15,8 @@ from eagle_mini.target import crop_cache
 
 # Op families of a Llama forward, by the op's name without its namespace ("aten::mm" -> "mm").
 OP_FAMILIES = {
-    "matmul": {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_mkl_linear"},
+    "matmul": {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_mkl_linear",
+               "_linear_pointwise"},
     "attention": {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
                   "_scaled_dot_product_flash_attention_for_cpu",
                   "_scaled_dot_product_flash_attention_for_cpu_backward", "softmax", "_softmax",

@@ -21,7 +21,7 @@ from eagle_mini.tree import DynamicTree
 from eagle_mini.models import cache_dir
 from eagle_mini.results import cpu_tag, results_json
 from eagle_mini.data import mtbench_prompts
-from eagle_mini.runtime.packed import is_packed
+from eagle_mini.runtime.packed import packed_kind
 from eagle_mini.runtime.cost import cost_curve
 
 
@@ -65,7 +65,7 @@ def auto_tree(target, head, curve=None, prompts=None):
     """The cached best `DynamicTree` for (target, head, device); measured once if missing."""
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
-    kernels = "packed" if is_packed(target.model) else "stock"
+    kernels = f"{str(target.dtype)[6:]}_{packed_kind(target.model) or 'stock'}"
     if getattr(getattr(target, "exact", None), "exact", False):
         kernels += "-exact"   # exact verification has its own cost curve
     cpu = cpu_tag()  # the CPU changes between machines, and the curve with it

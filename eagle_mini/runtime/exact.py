@@ -40,6 +40,7 @@ from eagle_mini.errors import EagleMiniError
 from eagle_mini.models import cache_dir
 from eagle_mini.results import cpu_tag, results_json
 from eagle_mini.runtime.blocks import BLOCK, blocked, min_rows, plan_of
+from eagle_mini.runtime.packed import packed_kind
 from eagle_mini.target import crop_cache, head_dim
 from eagle_mini.tree import from_choices
 
@@ -157,12 +158,13 @@ AttentionInterface.register(ATTENTION, exact_attention)
 
 
 class ExactLinear(nn.Module):
-    """What replaces an `nn.Linear` in exact mode: it keeps the weight and bias (`restore` puts
-    them back in an `nn.Linear`)."""
+    """What replaces an `nn.Linear` in exact mode: it shares the weight and bias, and keeps the
+    linear itself (unregistered, with any packed copy of its weight) for `restore`."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias
+        self.replaced = (linear,)   # a tuple: not a submodule, so its parameters are not listed twice
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
 
@@ -286,14 +288,11 @@ def apply(target, chunked: dict, attention: str = GROUPED, rows: int = 0) -> Non
 
 
 def restore(target, attention: str = "sdpa") -> None:
-    """Undo `apply`: every `ExactLinear` back to its linear, `attention` back in place."""
+    """Undo `apply`: every `ExactLinear` back to the linear it replaced, `attention` back in place."""
     for parent in target.model.modules():
         for name, child in list(parent.named_children()):
             if isinstance(child, ExactLinear):
-                linear = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
-                                   device="meta")
-                linear.weight, linear.bias = child.weight, child.bias
-                setattr(parent, name, linear)
+                setattr(parent, name, child.replaced[0])
     target.model.set_attn_implementation(attention)
     target.exact = None
 
@@ -364,15 +363,17 @@ def record_path(target) -> Path:
     """Where this machine's finding for `target` is cached."""
     from eagle_mini import __version__
     name = (f"{target.name.replace('/', '_').replace(':', '_')}_{str(target.dtype)[6:]}"
-            f"_{target.device.type}_t{torch.get_num_threads()}_cpu{cpu_tag()}"
+            f"_{target.device.type}_{packed_kind(target.model) or 'stock'}"
+            f"_t{torch.get_num_threads()}_cpu{cpu_tag()}"
             f"_torch{torch.__version__.split('+')[0]}_v{__version__}_{source_tag()}.json")
     return cache_dir() / "exact" / name
 
 
 def source_tag() -> str:
-    """A short hash of the exact mode's code: a finding cached by other code is not reused."""
-    from eagle_mini.runtime import blocks
-    text = "".join(Path(m.__file__).read_text() for m in (blocks, sys.modules[__name__]))
+    """A short hash of the exact mode's code and the kernels it measures: a finding cached by other
+    code is not reused."""
+    from eagle_mini.runtime import blocks, packed
+    text = "".join(Path(m.__file__).read_text() for m in (blocks, packed, sys.modules[__name__]))
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 

@@ -1,19 +1,27 @@
-"""Prepacked weights: cheaper multi-token forwards on a CPU, so verifying a tree costs less.
+"""Prepacked weights: cheaper forwards on a CPU, for vanilla decoding and tree verification alike.
 
 EAGLE's speedup is bounded by tau / (c(tree)/c(1) + draft cost) (EAGLE §3.3, and `profile.py`). At
-batch 1 a forward reads every weight once whatever the number of new tokens, so on paper c(n) stays
-near c(1) until the matmuls become compute bound. Stock CPU kernels do not get there: MKL's sgemm
-repacks the weight matrix into its blocked layout on *every* call, so a forward of 8 tokens pays
-for reading each weight, writing the packed copy and reading that again: profiled on the course's
-CPU, the target's matmuls cost well over their single-token time at 8 tokens
-(data/results/probe_linear_kernels.json; see RESULTS.md).
+batch 1 a forward reads every weight once whatever the number of new tokens, so on paper c(1) sits
+at the memory floor and c(n) stays near it until the matmuls become compute bound. Stock CPU
+kernels get nowhere near: they lay the weight matrix out in their blocked format on *every* call,
+so a forward pays for reading each weight, writing the copy and reading that again (profiled on the
+course's CPUs: data/results/probe_linear_kernels.json, `profile-target --by-op`; see RESULTS.md).
 
-This module packs each `nn.Linear`'s weight once, for a few row counts (MKL's packed GEMM,
-`cblas_sgemm_pack`, is specific to the number of rows), and pads a forward's rows up to the next
-packed size. One token keeps the stock matrix-vector path (already bandwidth bound, and exactly
-what vanilla decoding and `transformers.generate` run); long inputs (prefill) keep the stock path
-too. Packing changes only the order of float additions: outputs agree to float noise, which the
-greedy-equality tests check end to end.
+This module lays each `nn.Linear`'s weight out once, in one of two ways (`KINDS`):
+
+* **onednn**: oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's
+  weight freezing does for a CPU linear), used by every row count (`_linear_pointwise`), in fp32
+  and, where the CPU has bf16 support, bf16. On a 2-core Zen 4 all of SmolLM2-135M's matmuls took
+  about half their stock time at 1 to 16 rows, in both dtypes, the vocabulary-sized lm_head most of
+  all;
+* **mkl**: MKL's packed GEMM (`cblas_sgemm_pack`, fp32 only), which is specific to the number of
+  rows: packed for a few row counts, a forward's rows padded up to the next one; 1-2 rows and long
+  inputs keep the stock path. The first of the two this course had; it pays on some CPUs only.
+
+Which runs is measured on the machine at hand (`kernels.use_kernels`). Packing changes only the
+order of float additions: outputs agree to float noise, which the greedy-equality tests check end
+to end. Whether a row's bits depend on the row count is a property of the kernel, so exact mode
+(`exact.py`) measures the linears as they run, packed or not.
 
     >>> n = pack_linears(target.model)  # how many layers it packed  # doctest: +SKIP
 """
@@ -24,53 +32,70 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# Row counts to pack for: a forward of m tokens (2 < m <= 16) runs on the smallest size >= m.
+# `mkl`: row counts to pack for; a forward of m tokens (2 < m <= 16) runs on the smallest size >= m.
 # Chosen from the stock and packed times of all 210 decoder matmuls of SmolLM2-135M per row count,
 # measured in data/results/probe_linear_kernels.json (`scripts/probe_linear_kernels.py`).
 PACK_SIZES = (4, 8, 16)
+KINDS = ("onednn", "mkl")   # the ways to pack, the default first
 
 
-def available() -> bool:
-    """MKL's packed GEMM is in this torch build (x86 CPU builds)."""
-    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+def available(dtype=torch.float32, kind: str = "onednn") -> bool:
+    """This torch build packs weights of `dtype` the `kind` way on the CPU: oneDNN in fp32, and in
+    bf16 where the CPU supports it; MKL's packed GEMM in fp32 (x86 builds)."""
+    if kind == "onednn":
+        return torch.backends.mkldnn.is_available() and (
+            dtype == torch.float32
+            or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+    return (kind == "mkl" and dtype == torch.float32 and torch.backends.mkl.is_available()
+            and hasattr(torch.ops.mkl, "_mkl_linear"))
 
 
 def _packed_forward(self, x: torch.Tensor) -> torch.Tensor:
-    """`nn.Linear.forward`, on a packed weight when the row count suits it. x: [..., in]."""
+    """`nn.Linear.forward` on a weight laid out once (`self._pack_kind`), where it applies. x: [..., in]."""
     rows = x.numel() // x.shape[-1]
-    size = next((s for s in self._pack_sizes if s >= rows), None)
-    w = self.weight
-    if (rows <= 2 or size is None or x.dtype != torch.float32 or x.device.type != "cpu"
-            or w.dtype != torch.float32 or w.device.type != "cpu"
+    w, kind = self.weight, self._pack_kind
+    if (kind is None or x.dtype != w.dtype or x.device.type != "cpu" or w.device.type != "cpu"
+            or not available(w.dtype, kind)
             or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
+        return F.linear(x, w, self.bias)
+    size = None if kind == "onednn" else next((s for s in self._pack_sizes if s >= rows), None)
+    if kind == "mkl" and (rows <= 2 or size is None):
         return F.linear(x, w, self.bias)
     if self._packed_version != (w.data_ptr(), w._version):  # weights changed since packing
         self._packed = {}
         self._packed_version = (w.data_ptr(), w._version)
-    if size not in self._packed:
-        self._packed[size] = torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), size)
+    if (kind, size) not in self._packed:
+        self._packed[kind, size] = (torch.ops.mkldnn._reorder_linear_weight(w.detach())
+                                    if kind == "onednn" else
+                                    torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), size))
+    packed, bias = self._packed[kind, size], None if self.bias is None else self.bias.detach()
+    if kind == "onednn":
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     flat = x.reshape(rows, x.shape[-1])
     if rows < size:
         flat = torch.cat([flat, flat.new_zeros(size - rows, flat.shape[1])])
-    out = torch.ops.mkl._mkl_linear(flat, self._packed[size], w.detach(), self.bias, size)
+    out = torch.ops.mkl._mkl_linear(flat, packed, w.detach(), bias, size)
     return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
 
 
-def pack_linears(model: nn.Module, sizes=PACK_SIZES) -> int:
-    """Route every `nn.Linear` of `model` through packed weights (packed lazily, per size, once).
+def pack_linears(model: nn.Module, kind: str = "onednn", sizes=PACK_SIZES) -> int:
+    """Route every `nn.Linear` of `model` through weights packed the `kind` way (lazily, once).
 
     Parameters and the state dict are untouched (the packed copies live outside them), so saving,
     hashing and `.to()` behave as before; a linear whose weight moved or changed falls back to the
-    stock path or repacks. Returns the number of linears routed; 0 where MKL is unavailable.
+    stock path or repacks. Returns the number of linears routed; 0 where no kind is available.
     """
-    if not available():
+    if kind not in KINDS:
+        raise ValueError(f"unknown packing {kind!r}; one of {KINDS}")
+    if not any(available(d, kind) for d in (torch.float32, torch.bfloat16)):
         return 0
     count = 0
     for module in model.modules():
         if isinstance(module, nn.Linear):
-            module._pack_sizes = tuple(sorted(sizes))
-            module._packed, module._packed_version = {}, None
-            module.forward = types.MethodType(_packed_forward, module)
+            if "forward" not in module.__dict__:
+                module._packed, module._packed_version = {}, None
+                module.forward = types.MethodType(_packed_forward, module)
+            module._pack_kind, module._pack_sizes = kind, tuple(sorted(sizes))
             count += 1
     return count
 
@@ -80,25 +105,38 @@ def unpack_linears(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, nn.Linear) and "forward" in module.__dict__:
             del module.forward
-            for attr in ("_pack_sizes", "_packed", "_packed_version"):
+            for attr in ("_pack_kind", "_pack_sizes", "_packed", "_packed_version"):
                 module.__dict__.pop(attr, None)
 
 
+def _routed(model: nn.Module) -> list[nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, nn.Linear) and "_pack_kind" in m.__dict__]
+
+
 @contextmanager
-def stock_kernels(model: nn.Module):
-    """Run a packed model on the stock path for a while, keeping its packed copies (for timing
-    both in one run without paying for repacking)."""
-    routed = [m for m in model.modules() if isinstance(m, nn.Linear) and "_pack_sizes" in m.__dict__]
-    sizes = [m._pack_sizes for m in routed]
+def packed_as(model: nn.Module, kind: str | None):
+    """Run a packed model's linears the `kind` way for a while (None: the stock path), keeping
+    every packed copy, so that kernels can be timed side by side in one run without repacking."""
+    routed = _routed(model)
+    kinds = [m._pack_kind for m in routed]
     for m in routed:
-        m._pack_sizes = ()
+        m._pack_kind = kind
     try:
         yield
     finally:
-        for m, s in zip(routed, sizes):
-            m._pack_sizes = s
+        for m, k in zip(routed, kinds):
+            m._pack_kind = k
+
+
+def stock_kernels(model: nn.Module):
+    """Run a packed model on the stock path for a while, keeping its packed copies."""
+    return packed_as(model, None)
+
+
+def packed_kind(model: nn.Module) -> str | None:
+    """How the model's linears are packed ("onednn", "mkl"), or None."""
+    return next((m._pack_kind for m in _routed(model)), None)
 
 
 def is_packed(model: nn.Module) -> bool:
-    return any(isinstance(m, nn.Linear) and "forward" in m.__dict__ for m in model.modules())
-
+    return packed_kind(model) is not None

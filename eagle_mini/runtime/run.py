@@ -19,12 +19,15 @@ from eagle_mini.heads import head_kind
 from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
 from eagle_mini.methods import EAGLE_METHODS, MEASURED, method
 from eagle_mini.runtime.auto import auto_tree
+from eagle_mini.runtime.packed import pack_linears, packed_kind
 
 
-def pick_head(name: str, heads):
+def pick_head(name: str, heads, target=None):
     """The head method `name` drafts with. `heads` is one head, or {"eagle1": head, "eagle3": head}
     when a run compares both kinds (the row's head kind picks). A row that names the EAGLE-3 kind
-    needs an EAGLE-3 head; the other EAGLE rows draft with whichever head they are given."""
+    needs an EAGLE-3 head; the other EAGLE rows draft with whichever head they are given. Given the
+    `target`, the head's linears are packed as the target's are (`packed.py`): drafting is
+    forwards too."""
     want = method(name).head
     if isinstance(heads, dict):
         heads = heads.get(want) or next(iter(heads.values()))
@@ -32,6 +35,9 @@ def pick_head(name: str, heads):
         raise EagleMiniError(f"--method {name} drafts with an {want} head; this head is an "
                              f"{head_kind(heads)} head (train one with `train-head --kind {want}`, "
                              "or pass --head DIR)")
+    kind = None if target is None else packed_kind(target.model)
+    if kind:
+        pack_linears(heads, kind)
     return heads
 
 
@@ -44,7 +50,7 @@ def method_tree(target, head, name: str, tree=None):
     if tree is not None:
         return tree
     if row.tree == MEASURED:
-        return auto_tree(target, pick_head(name, head))
+        return auto_tree(target, pick_head(name, head, target))
     return row.tree
 
 
@@ -57,7 +63,7 @@ def run_method(target, head, name, prompt, max_new_tokens, tree=None, **kw) -> G
     if row.runner == "plain":
         gen = generate_vanilla(target, prompt, max_new_tokens, **kw)
     else:
-        gen = generate(target, pick_head(name, head), prompt, max_new_tokens,
+        gen = generate(target, pick_head(name, head, target), prompt, max_new_tokens,
                        tree=method_tree(target, head, name, tree), **kw)
     gen.stats["method"] = name
     return gen
