@@ -27,6 +27,9 @@ from eagle_mini.runtime.cost import CHEAP, cheap_until
 COMMAND = "python -m eagle_mini results-md"
 RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
 COST, COST_BF16 = "cost_curve_smollm2-135m_cpu.json", "cost_curve_smollm2-135m_cpu_bf16.json"
+# `profile-target --compare-stock` with oneDNN-packed weights, one run per dtype (the machine each names)
+KERNEL_CURVES = ("kernels/cost_curve_fp32_onednn_vs_stock.json",
+                 "kernels/cost_curve_bf16_onednn_vs_stock.json")
 EVAL, EVAL_PAPER_TREE = "eval_head_smollm2-135m.json", "eval_head_smollm2-135m_paper_tree.json"
 EVAL_OTHER = "eval_head_smollm2-135m_other_prompts.json"   # `eval-head --also humaneval,sharegpt-test`
 LOSSLESS, ABLATION, CLAIMS = "check_lossless.json", "uncertainty.json", "paper_vs_ours.json"
@@ -137,7 +140,34 @@ def cost_section(f: Files) -> list[str]:
             "is faster depends on the CPU, so the commands choose by measurement (`--kernels "
             "auto`, the default: both timed once per CPU model, `kernels.use_kernels`); `--kernels "
             "packed|stock` overrides it. This curve is why the course's trees are small: see notebook 00 "
-            "for the roofline that explains its shape.", ""]
+            "for the roofline that explains its shape.", "", *kernels_lines(f)]
+
+
+def kernels_lines(f: Files) -> list[str]:
+    """oneDNN-packed weights against the stock kernels: each dtype's curve from one run that timed
+    both side by side, with the machine's memory floor measured in the same run."""
+    runs = [(name, f.json(name)) for name in KERNEL_CURVES if f.path(name).exists()]
+    if not runs:
+        return []
+    ns = [n for n in (1, 4, 16, 64) if all(n in c["ns"] for _, c in runs)]
+    rows = []
+    for _, c in runs:
+        dtype = {"torch.float32": "fp32", "torch.bfloat16": "bf16"}.get(c["dtype"], c["dtype"])
+        exact = " (exact mode)" if (c.get("exact") or {}).get("exact") else ""
+        for label, curve in (("stock kernels", c["stock"]), ("oneDNN-packed weights", c)):
+            ms = dict(zip(c["ns"], curve["median_ms"]))
+            rows.append([f"{dtype}{exact}, {label}", *(f"{ms[n]:.1f}" for n in ns),
+                         f"{ms[16] / ms[1]:.2f}" if 16 in ms else "",
+                         f"{c['roofline']['floor_ms'][0]:.1f}"])
+    return ["### Weights laid out once by oneDNN", "",
+            "The stock kernels lay each weight matrix out in their blocked format on every call, in "
+            "one-token forwards too. `packed.py`'s `onednn` kind does it once "
+            "(`torch.ops.mkldnn._reorder_linear_weight`, as inductor's weight freezing does) and "
+            "runs every row count on it, fp32 and bf16. Each dtype below is one run that timed both "
+            "side by side (rounds interleaved), with the memory floor of a one-token forward measured "
+            "in the same run (`runtime/roofline.py`).", "",
+            *table(["dtype, kernels", *(f"c({n}) ms" for n in ns), "c(16)/c(1)", "floor c(1) ms"],
+                   rows), "", *(line for name, c in runs for line in (source(name, c), ""))]
 
 
 def head_section(f: Files) -> list[str]:
