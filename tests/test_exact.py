@@ -39,6 +39,26 @@ def test_fixed_k_linear_computes_the_linear():
     assert chunked(x).dtype == torch.bfloat16
 
 
+def test_fixed_k_linear_takes_both_layouts_and_the_chunks_run_in_order():
+    """A one-token step runs the stacked layout, a tree the batched one: each must be every
+    chunk's product, summed in fp32 in order (the oracle: that sum written out). A zero chunk
+    planted in the stacked weight is caught."""
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(1100, 40, bias=True).to(torch.bfloat16)
+    chunked = FixedKLinear(lin, 512)
+    x = torch.randn(FixedKLinear.STACKED_ROWS + 3, 1100).to(torch.bfloat16)
+    padded = torch.nn.functional.pad(x, (0, 3 * 512 - 1100))
+    w = torch.nn.functional.pad(lin.weight, (0, 3 * 512 - 1100))
+    parts = [padded[:, i * 512:(i + 1) * 512] @ w[:, i * 512:(i + 1) * 512].T for i in range(3)]
+    oracle = ((parts[0].float() + parts[1].float()) + parts[2].float() + lin.bias.float())
+    for rows in (1, FixedKLinear.STACKED_ROWS, len(x)):   # stacked, stacked, batched
+        torch.testing.assert_close(chunked(x[:rows]).float(), oracle[:rows].bfloat16().float(),
+                                   atol=0.02, rtol=0.01)
+    with torch.no_grad():
+        chunked.stacked[0].weight[40:80] = 0          # the second chunk lost in the stacked layout
+    assert not torch.allclose(chunked(x[:1]).float(), oracle[:1].float(), atol=0.05, rtol=0.02)
+
+
 def random_tree(rng: random.Random, n: int):
     """A random tree of n nodes: each node's parent among the earlier nodes, depths sorted."""
     parents, depth = [-1], [0]

@@ -40,7 +40,7 @@ from eagle_mini.errors import EagleMiniError
 from eagle_mini.models import cache_dir
 from eagle_mini.results import cpu_tag, results_json
 from eagle_mini.runtime.blocks import BLOCK, blocked, min_rows, plan_of
-from eagle_mini.runtime.packed import packed_kind
+from eagle_mini.runtime.packed import pack_linears, packed_kind
 from eagle_mini.target import crop_cache, head_dim
 from eagle_mini.tree import from_choices
 
@@ -170,27 +170,50 @@ class ExactLinear(nn.Module):
 
 class FixedKLinear(ExactLinear):
     """A linear whose every output row is reduced in the same order whatever the row count: the K
-    dimension cut into fixed chunks of `chunk` (the last one padded with zeros), all chunks'
-    products in one batched call in the weight's dtype, summed in fp32 from the first chunk to the
-    last, then cast back (bias added last, in fp32). The chunked weight is laid out once."""
+    dimension cut into fixed chunks of `chunk` (the last one padded with zeros), each chunk's
+    product in the weight's dtype, summed in fp32 from the first chunk to the last, then cast back
+    (bias added last, in fp32). Two layouts of the chunked weight are made once:
+
+    * up to `STACKED_ROWS` rows (a one-token step), where a product costs one read
+      of the weight: the chunks stacked as one weight of `chunks` x out rows by `chunk`, packed by
+      oneDNN where it can (`packed.py`), and every row's chunks multiplied by all of it in one
+      call; each chunk's product is its own block of the result (the rest, chunk i against
+      weight j, is thrown away: `chunks` times the FLOPs, one weight read, one call);
+    * more rows: all chunks' products in one batched call.
+
+    Whether the two give a row the same bits is a fact of the machine's kernels: `chunk_for`
+    measures every row count against rows alone across the switch, and the self-check tests the
+    whole forward."""
+    STACKED_ROWS = 2
 
     def __init__(self, linear: nn.Linear, chunk: int):
         super().__init__(linear)
         self.chunk, self.chunks = chunk, -(-self.in_features // chunk)
         with torch.no_grad():
             w = F.pad(linear.weight, (0, self.chunks * chunk - self.in_features))
-            self.register_buffer("by_chunk", w.view(self.out_features, self.chunks, chunk)
-                                 .permute(1, 2, 0).contiguous(), persistent=False)
+            by_chunk = w.view(self.out_features, self.chunks, chunk).permute(1, 2, 0).contiguous()
+            self.register_buffer("by_chunk", by_chunk, persistent=False)   # [chunks, chunk, out]
+            stacked = nn.Linear(chunk, self.chunks * self.out_features, bias=False,
+                                device=w.device, dtype=w.dtype)
+            stacked.weight.copy_(by_chunk.transpose(1, 2).reshape(-1, chunk))
+            stacked.requires_grad_(False)
+            pack_linears(stacked, "onednn")
+            self.stacked = (stacked,)   # a tuple: a kernel's layout, not a parameter of the model
 
     def forward(self, x):
         rows = x.reshape(-1, self.in_features)
         if self.chunks * self.chunk != self.in_features:
             rows = F.pad(rows, (0, self.chunks * self.chunk - self.in_features))
-        parts = torch.bmm(rows.view(-1, self.chunks, self.chunk).transpose(0, 1), self.by_chunk)
+        n, c, out = rows.shape[0], self.chunks, self.out_features
+        if n <= self.STACKED_ROWS:
+            every = self.stacked[0](rows.reshape(n * c, self.chunk)).view(n, c, c, out)
+            parts = every.diagonal(dim1=1, dim2=2).permute(2, 0, 1)       # [chunks, rows, out]
+        else:
+            parts = torch.bmm(rows.view(n, c, self.chunk).transpose(0, 1), self.by_chunk)
         total = parts.float().sum(0)                                  # [rows, out], chunk by chunk
         if self.bias is not None:
             total = total + self.bias.float()
-        return total.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        return total.to(x.dtype).view(*x.shape[:-1], out)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, chunk={self.chunk}"

@@ -27,6 +27,7 @@ to end. Whether a row's bits depend on the row count is a property of the kernel
 """
 import types
 from contextlib import contextmanager
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,7 @@ PACK_SIZES = (4, 8, 16)
 KINDS = ("onednn", "mkl")   # the ways to pack, the default first
 
 
+@lru_cache(maxsize=None)
 def available(dtype=torch.float32, kind: str = "onednn") -> bool:
     """This torch build packs weights of `dtype` the `kind` way on the CPU: oneDNN in fp32, and in
     bf16 where the CPU supports it; MKL's packed GEMM in fp32 (x86 builds)."""

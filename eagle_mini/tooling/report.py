@@ -152,7 +152,7 @@ def kernels_lines(f: Files) -> list[str]:
     ns = [n for n in (1, 4, 16, 64) if all(n in c["ns"] for _, c in runs)]
     rows = []
     for _, c in runs:
-        dtype = {"torch.float32": "fp32", "torch.bfloat16": "bf16"}.get(c["dtype"], c["dtype"])
+        dtype = {"float32": "fp32", "bfloat16": "bf16"}.get(c["dtype"].removeprefix("torch."), c["dtype"])
         exact = " (exact mode)" if (c.get("exact") or {}).get("exact") else ""
         for label, curve in (("stock kernels", c["stock"]), ("oneDNN-packed weights", c)):
             ms = dict(zip(c["ns"], curve["median_ms"]))
