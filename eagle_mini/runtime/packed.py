@@ -11,9 +11,9 @@ This module lays each `nn.Linear`'s weight out once, in one of two ways (`KINDS`
 
 * **onednn**: oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's
   weight freezing does for a CPU linear), used by every row count (`_linear_pointwise`), in fp32
-  and, where the CPU has bf16 support, bf16. On a 2-core Zen 4 all of SmolLM2-135M's matmuls took
-  about half their stock time at 1 to 16 rows, in both dtypes, the vocabulary-sized lm_head most of
-  all;
+  and, where the CPU has bf16 support, bf16. On the course's CPUs it cut the matmuls' time at
+  every row count in both dtypes, the vocabulary-sized lm_head's most of all (RESULTS.md, "Weights
+  laid out once by oneDNN", has the curves and the machine);
 * **mkl**: MKL's packed GEMM (`cblas_sgemm_pack`, fp32 only), which is specific to the number of
   rows: packed for a few row counts, a forward's rows padded up to the next one; 1-2 rows and long
   inputs keep the stock path. The first of the two this course had; it pays on some CPUs only.
