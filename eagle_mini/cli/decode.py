@@ -201,15 +201,14 @@ def demo_target(args):
     back to fp32 (exact by itself) when bf16 is slower or the exact self-check fails."""
     if args.dtype != "auto":
         return load(args)
-    from eagle_mini.runtime.precision import choice, matmul_speedup
-    pick, why = choice(matmul_speedup()) if args.device == "cpu" else ("bf16", "a GPU")
-    print(f"dtype:  {why}")
-    if pick == "bf16" and args.exact != "off":
-        target = load(argparse.Namespace(**{**vars(args), "dtype": "bf16", "exact": "on"}))
-        if target.exact.exact:
-            return target
-        print("dtype:  bf16 is not exact here (above): using fp32, which is")
-    return load(argparse.Namespace(**{**vars(args), "dtype": "fp32"}))
+    from eagle_mini.runtime.precision import fastest_exact
+
+    def load_as(dtype):
+        exact = "on" if dtype == "bf16" else args.exact
+        return load(argparse.Namespace(**{**vars(args), "dtype": dtype, "exact": exact}))
+    if args.exact == "off":   # the stock bf16 forward parts from vanilla at near-ties: fp32 only
+        return load_as("fp32")
+    return fastest_exact(load_as, args.device)
 
 
 def demo_eagle_lines(target, head, args, tree, van, curve):

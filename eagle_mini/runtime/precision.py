@@ -45,6 +45,22 @@ def choice(probe: dict) -> tuple[str, str]:
     return pick, f"bf16 matmuls run at {how} on this CPU (measured): using {pick}"
 
 
+def fastest_exact(load, device: str = "cpu", say=print):
+    """The target in the fastest precision whose greedy EAGLE text equals vanilla's here: bf16 in
+    exact mode (`runtime.exact`) where this CPU multiplies bf16 faster (`choice`; a GPU does) and
+    exact mode's self-check passes, else fp32, exact by itself. `load(dtype)` loads the target in
+    "bf16" with exact mode on, or in "fp32"; `say` gets one line per decision. What
+    `demo --dtype auto` and notebook 06's live run decode with."""
+    pick, why = choice(matmul_speedup()) if device == "cpu" else ("bf16", "a GPU")
+    say(f"dtype:  {why}")
+    if pick == "bf16":
+        target = load("bf16")
+        if getattr(target.exact, "exact", False):
+            return target
+        say("dtype:  bf16 is not exact here (above): using fp32, which is")
+    return load("fp32")
+
+
 # --- fp32 matmul precision: a mode offered only with its check-lossless result -------------------
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 

@@ -64,9 +64,10 @@ NOTEBOOK_TOPICS = {
     "05_verification": "greedy and lossless sampling on trees, KV-cache compaction on real "
                        "tensors, a cycle-by-cycle generation stepper (T = 0 and T > 0 draws), "
                        "the distribution test live",
-    "06_speedups": "the bench, the cost model tau / (c(N)/c(1) + draft) and what it leaves out, "
-                   "a speedup explorer, the papers' claims against ours, GPU figures or a "
-                   "labelled 7B projection",
+    "06_speedups": "the lossless speedup of one bench run (bf16, exact mode) on its own cost "
+                   "curve, the bound tau / (c(N)/c(1) + draft) and each method's break-even, "
+                   "prompt lookup beside EAGLE, a speedup explorer, a live bench; optional: the "
+                   "model's gap, GPU projections with their hardware, the papers' claims",
     "07_beyond_eagle1": "EAGLE-2 vs EAGLE-1 side by side, reduced draft vocabulary, batching, "
                         "exporting a head for serving engines",
     "08_eagle3": "EAGLE-3's head: fused low, middle and high features, the training-time test, "
