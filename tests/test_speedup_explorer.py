@@ -148,14 +148,17 @@ def test_widget_moves_change_the_prediction(runs):
 
 
 def test_bench_runs_label_a_reduced_precision_run_apart_and_refuse_a_clash(tmp_path):
-    def write(name, machine):
+    def write(name, machine, **more):
         d = tmp_path / "data" / "results" / name
         d.mkdir(parents=True)
-        (d / "bench.json").write_text(json.dumps({"dtype": "float32", "temperature": 0.0, "machine": machine}))
+        (d / "bench.json").write_text(json.dumps({"dtype": "float32", "temperature": 0.0,
+                                                  "machine": machine, **more}))
 
     write("bench_a", {"cpu": "x"})
     write("bench_b", {"cpu": "x", "fp32_matmul_precision": "medium"})
-    assert set(bench_runs(tmp_path / "data" / "results")) == {"float32 T=0", "float32 T=0 matmul medium"}
+    write("bench_d", {"cpu": "x"}, dataset="humaneval")    # other prompts: a run of its own
+    assert set(bench_runs(tmp_path / "data" / "results")) == {
+        "float32 T=0", "float32 T=0 matmul medium", "float32 T=0 humaneval"}
     write("bench_c", {"cpu": "y"})
     with pytest.raises(EagleMiniError, match="share the label"):
         bench_runs(tmp_path / "data" / "results")

@@ -68,8 +68,9 @@ def explore(tau: float, draft_cost: float, curve: dict | None = None, n: float |
 
 def bench_runs(results: Path = RESULTS) -> dict[str, dict]:
     """Every committed bench run, labelled by dtype and temperature ("float32 T=0", ...), by exact
-    mode where a reduced-precision run verified in it ("bfloat16 T=0 exact"), and by fp32 matmul
-    precision where it was not the exact default ("float32 T=0 matmul medium")."""
+    mode where a reduced-precision run verified in it ("bfloat16 T=0 exact"), by fp32 matmul
+    precision where it was not the exact default ("float32 T=0 matmul medium"), and by its prompts
+    where they are not MT-bench's ("bfloat16 T=0 exact humaneval")."""
     runs = {}
     for path in sorted(results.glob("bench_*/bench.json")):
         b = json.loads(path.read_text())
@@ -77,7 +78,8 @@ def bench_runs(results: Path = RESULTS) -> dict[str, dict]:
         precision = b.get("machine", {}).get("fp32_matmul_precision")
         exact = " exact" if (b.get("exact") or {}).get("exact") else ""
         label = (f"{b['dtype']} T={b['temperature']:g}{exact}"
-                 + (f" matmul {precision}" if precision else ""))
+                 + (f" matmul {precision}" if precision else "")
+                 + (f" {b['dataset']}" if b.get("dataset", "mtbench") != "mtbench" else ""))
         if label in runs:
             raise EagleMiniError(f"two bench runs share the label {label!r}: {runs[label]['path']} "
                                  f"and {b['path']}")

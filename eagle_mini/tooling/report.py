@@ -43,7 +43,9 @@ EQUAL_TOKENS = ("eagle3_vs_eagle1_equal_tokens.json", "eagle3_unroll5_vs_eagle1_
 CURVES = ("eagle3_unroll5_curve/tau_curve.json", "eq2m_curve/tau_curve_eagle3.json",
           "eq2m_curve/tau_curve_eagle1.json")
 BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtbench_T0",
-           "bench_smollm2-135m_cpu_bf16_exact_mtbench_T0", "bench_smollm2-135m_cpu_mtbench_T1")
+           "bench_smollm2-135m_cpu_bf16_exact_mtbench_T0", "bench_smollm2-135m_cpu_mtbench_T1",
+           "bench_smollm2-135m_cpu_bf16_exact_mtbench_T1",
+           "bench_smollm2-135m_cpu_bf16_exact_humaneval_T0")
 # The papers' own figures, cited as theirs (EAGLE_REFERENCE.md §6).
 PAPER_HEAD = "top-1 about 0.78 and tau 3.94 for the paper's Vicuna-7B head (EAGLE, MT-bench, T=0)"
 NOTEBOOK_TOPICS = {
