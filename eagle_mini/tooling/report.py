@@ -147,6 +147,12 @@ def cost_section(f: Files) -> list[str]:
             "for the roofline that explains its shape.", "", *kernels_lines(f)]
 
 
+def short_dtype(dtype: str) -> str:
+    """A results file's dtype as the tables write it: "torch.float32" or "float32" -> "fp32"."""
+    name = dtype.removeprefix("torch.")
+    return {"float32": "fp32", "bfloat16": "bf16"}.get(name, name)
+
+
 def kernels_lines(f: Files) -> list[str]:
     """oneDNN-packed weights against the stock kernels: each dtype's curve from one run that timed
     both side by side, with the machine's memory floor measured in the same run."""
@@ -156,7 +162,7 @@ def kernels_lines(f: Files) -> list[str]:
     ns = [n for n in (1, 4, 16, 64) if all(n in c["ns"] for _, c in runs)]
     rows = []
     for _, c in runs:
-        dtype = {"float32": "fp32", "bfloat16": "bf16"}.get(c["dtype"].removeprefix("torch."), c["dtype"])
+        dtype = short_dtype(c["dtype"])
         exact = " (exact mode)" if (c.get("exact") or {}).get("exact") else ""
         for label, curve in (("stock kernels", c["stock"]), ("oneDNN-packed weights", c)):
             ms = dict(zip(c["ns"], curve["median_ms"]))
@@ -630,7 +636,7 @@ def best_row(f: Files, name: str) -> list[str]:
     eagle = {m: r for m, r in bench["methods"].items() if "cycle_length_counts" in r}
     best = max(eagle, key=lambda m: eagle[m]["speedup"])
     same = all(r["equal_to_vanilla"] for r in bench["methods"].values())
-    precision = {"float32": "fp32", "bfloat16": "bf16"}.get(bench["dtype"], bench["dtype"])
+    precision = short_dtype(bench["dtype"])
     return [f"fastest EAGLE method vs vanilla, {precision}{precision_label(bench)}, "
             f"T={bench['temperature']:g} "
             f"({bench['n']} prompts, {bench['machine']['cpu']}; every text = vanilla's: "
