@@ -119,3 +119,29 @@ def test_bench_runs_eagle3_beside_eagle2_each_with_its_own_head():
         assert r["equal_to_vanilla"] and r["tau"] >= 1.0 and r["predicted_speedup"] > 0, m
     with pytest.raises(Exception, match="unknown method"):
         bench(target, heads, ("eagle4",), prompts=[[1, 2]], progress=False)
+
+
+def test_an_exact_bench_also_times_stock_vanilla_and_holds_eagle_to_the_faster():
+    from eagle_mini.runtime.exact import make_exact
+    from eagle_mini.measure.bench import STOCK_VANILLA, baseline
+    target = tiny_target("llama", seed=0, dtype="bf16", vocab_size=64)
+    record = make_exact(target)
+    if not record.exact:
+        pytest.skip(record.why)
+    head = new_head(target)
+    result = bench(target, head, ["vanilla", "eagle2"], prompts=[[1, 2, 3], [4, 5, 6, 7]],
+                   max_new_tokens=8, progress=False, curve_repeats=1, curve_rounds=1)
+    stock = result["stock_vanilla"]
+    assert stock["new_tokens"] == result["methods"]["vanilla"]["new_tokens"]
+    assert target.exact is record   # switched back after every stock generation
+    faster = max(stock["tokens_per_second"], result["methods"]["vanilla"]["tokens_per_second"])
+    assert result["baseline"]["tokens_per_second"] == faster
+    eagle2 = result["methods"]["eagle2"]["tokens_per_second"]
+    assert result["baseline"]["speedups"]["eagle2"] == pytest.approx(eagle2 / faster)
+    assert "Vanilla on the stock forward" in markdown_table(result)
+    slow = {**result, "stock_vanilla": {**stock, "tokens_per_second": faster * 2}}
+    assert baseline(slow)["name"] == STOCK_VANILLA   # the faster one is the baseline
+    stock_target = tiny_target("llama", seed=0, vocab_size=64)   # fp32: no exact mode, no extra row
+    plain = bench(stock_target, new_head(stock_target), ["vanilla"], prompts=[[1, 2, 3]],
+                  max_new_tokens=4, progress=False, curve_repeats=1, curve_rounds=1)
+    assert "stock_vanilla" not in plain and plain["baseline"]["name"] == "vanilla"

@@ -10,6 +10,10 @@ run*. Beside each measured speedup the bench prints the speedup the cost model p
 with L = tau, the mean tokens per draft-verify cycle (bonus included, prefill not counted), N the tree size, c(n) the target's forward time for n new tokens
 (measured in the same run) and t(1) = c(1). The gap between the two is overhead outside both.
 Batch size 1.
+
+In exact mode (`runtime/exact.py`) vanilla runs on the same batch-invariant forward as EAGLE, which
+costs something; the bench then also runs vanilla on the stock forward, interleaved like a method,
+and reports EAGLE against the faster of the two (`stock_vanilla`, `baseline`).
 """
 import json
 import statistics
@@ -22,15 +26,22 @@ from eagle_mini.data import evenly_spaced, load_prompts
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.auto import choose_auto_tree, predict
 from eagle_mini.measure.evaluate import pooled_tau
-from eagle_mini.methods import AUTO, BENCH_DEFAULT, EAGLE2, METHOD_NAMES, VANILLA
+from eagle_mini.methods import AUTO, BENCH_DEFAULT, EAGLE2, EAGLE_METHODS, METHOD_NAMES, VANILLA
 from eagle_mini.runtime.run import pick_head, run_method
-from eagle_mini.runtime.exact import exact_of
+from eagle_mini.runtime.exact import exact_of, stock_forward
 from eagle_mini.runtime.kernels import kernels_note
 from eagle_mini.runtime.cost import cost_curve, pool_cost_curves
 from eagle_mini.results import machine_info, results_json
 
+STOCK_VANILLA = "vanilla, stock forward"   # exact mode's other baseline (not a method of the table)
+
+
 def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, auto_tree=None):
-    """One generation on the runtime's clock (`run_method`) -> (output ids, stats)."""
+    """One generation on the runtime's clock (`run_method`) -> (output ids, stats).
+    `STOCK_VANILLA`: vanilla on an exact target's stock forward (switched outside the clock)."""
+    if method == STOCK_VANILLA:
+        with stock_forward(target):
+            return run_one(target, head, VANILLA, prompt, max_new_tokens, temperature, seed)
     tree = auto_tree if method == AUTO else None
     gen = run_method(target, head, method, prompt, max_new_tokens, tree=tree,
                      temperature=temperature, seed=seed)
@@ -125,9 +136,11 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     if AUTO in methods:
         auto_tree, auto_scores = choose_auto_tree(target, pick_head(AUTO, head, target), curve,
                                                     calibration)
-    for m in methods:  # warm-up
+    exact = getattr(getattr(target, "exact", None), "exact", False)
+    timed = tuple(methods) + ((STOCK_VANILLA,) if exact else ())
+    for m in timed:  # warm-up
         run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree)
-    rows, outputs, more = _interleaved(target, head, methods, prompts, max_new_tokens, temperature,
+    rows, outputs, more = _interleaved(target, head, timed, prompts, max_new_tokens, temperature,
                                        seed, auto_tree, curve_round, later, progress)
     curve = pool_cost_curves(rounds + more)
     result = {"dataset": dataset, "n": len(prompts), "selection": "evenly spaced over the set",
@@ -140,7 +153,32 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
               "machine": machine_info(), "methods": {}}
     result["methods"] = _method_summaries(target, methods, prompts, rows, outputs, curve,
                                           temperature, auto_tree)
+    if exact:
+        van = result["methods"][VANILLA]
+        result["stock_vanilla"] = summarize(STOCK_VANILLA, rows[STOCK_VANILLA],
+                                            outputs[STOCK_VANILLA], outputs[VANILLA],
+                                            van["tokens_per_second"], curve, temperature, None)
+    result["baseline"] = baseline(result)
     return result
+
+
+def baseline(result) -> dict:
+    """The vanilla EAGLE is held to: the faster of exact and stock vanilla where the bench ran
+    both (`stock_vanilla`), else vanilla; and each EAGLE method's speedup against it.
+
+        >>> r = {"methods": {"vanilla": {"tokens_per_second": 20.0},
+        ...                  "eagle2": {"tokens_per_second": 30.0, "tau": 2.0}},
+        ...      "stock_vanilla": {"tokens_per_second": 24.0}}
+        >>> baseline(r)
+        {'name': 'vanilla, stock forward', 'tokens_per_second': 24.0, 'speedups': {'eagle2': 1.25}}
+    """
+    options = [(VANILLA, result["methods"][VANILLA]["tokens_per_second"])]
+    if result.get("stock_vanilla"):
+        options.append((STOCK_VANILLA, result["stock_vanilla"]["tokens_per_second"]))
+    name, tps = max(options, key=lambda o: o[1])
+    return {"name": name, "tokens_per_second": tps,
+            "speedups": {m: r["tokens_per_second"] / tps for m, r in result["methods"].items()
+                         if m in EAGLE_METHODS}}
 
 
 def curve_round_points(n_prompts: int, rounds: int) -> set[int]:
@@ -270,6 +308,18 @@ def markdown_table(result) -> str:
                    f"{r['prefix_agreement']:.0%} of tokens before the first difference)")
         lines.append(f"| {m} | {r['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {pred} | "
                      f"{tau} | {r['tokens_per_forward']:.2f} | {split} | {eq} |")
+    stock = result.get("stock_vanilla")
+    if stock:
+        base = result.get("baseline") or baseline(result)
+        best = max(base["speedups"], key=base["speedups"].get, default=None)
+        same = {True: "the same text as exact vanilla", False: (
+            f"{stock['identical_prompts']}/{result['n']} prompts the same text as exact vanilla"),
+            None: "samples"}[stock["equal_to_vanilla"]]
+        lines += ["", f"Vanilla on the stock forward (exact mode off), in the same run: "
+                  f"{stock['tokens_per_second']:.1f} tok/s ({same}); exact vanilla runs at "
+                  f"{1 / stock['speedup']:.2f}x its speed."
+                  + (f" Against the faster vanilla ({base['name']}), the fastest EAGLE method, "
+                     f"{best}, runs at {base['speedups'][best]:.2f}x." if best else "")]
     c = result["cost_curve"]
     if "rounds_ms" in c and 16 in c["ns"]:
         k = c["ns"].index(16)

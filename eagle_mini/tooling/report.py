@@ -20,9 +20,10 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from eagle_mini.methods import EAGLE2, EAGLE_METHODS, method
+from eagle_mini.methods import EAGLE2, EAGLE_METHODS, VANILLA, method
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.cost import CHEAP, cheap_until
+from eagle_mini.measure.bench import baseline
 
 COMMAND = "python -m eagle_mini results-md"
 RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
@@ -638,10 +639,14 @@ def best_row(f: Files, name: str) -> list[str]:
     best = max(eagle, key=lambda m: eagle[m]["speedup"])
     same = all(r["equal_to_vanilla"] for r in bench["methods"].values())
     precision = short_dtype(bench["dtype"])
+    held = baseline(bench)
+    against = ("" if held["name"] == VANILLA else
+               f" ({held['speedups'][best]:.2f}x against {held['name']}, the faster vanilla)")
     return [f"fastest EAGLE method vs vanilla, {precision}{precision_label(bench)}, "
             f"T={bench['temperature']:g} "
             f"({bench['n']} prompts, {bench['machine']['cpu']}; every text = vanilla's: "
-            f"{'yes' if same else 'NO'})", f"`{best}` {eagle[best]['speedup']:.2f}x", f"`{name}/`"]
+            f"{'yes' if same else 'NO'})", f"`{best}` {eagle[best]['speedup']:.2f}x{against}",
+            f"`{name}/`"]
 
 
 def kernel_rows(f: Files) -> list[list[str]]:
