@@ -12,9 +12,9 @@ it is the package's own code, the same calls the CPU path and the command line m
 The target is `EAGLE_MINI_TARGET` (`course.gpu_target`): a course name, a hub id or a local model
 directory. What a learner needs to know about one, `target_facts` says:
 
-* **memory**: a target's weights take 2 bytes per parameter in bf16, about 16 GB for an 8B model,
-  so a T4 (16 GB) cannot hold them and an L4, A10 or A100 can (`fit_table`); `check_fits` stops
-  with one line before a load that cannot fit;
+* **memory**: a target's weights take 2 bytes per parameter in bf16, so by the GPUs' spec sheets
+  (assumed) an 8B model's weights fill a T4 and fit an L4, A10 or A100 (`fit_table` computes it);
+  `check_fits` stops with one line before a load that cannot fit;
 * **chat template**: Vicuna v1.3's tokenizer has none; the package gives it FastChat's Vicuna v1.1
   format (`models.VICUNA_TEMPLATE`), the one the authors trained their Vicuna heads with;
 * **access**: Llama 3.x is gated: accept the licence on its hub page, then `hf auth login` or
