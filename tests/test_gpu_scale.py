@@ -3,6 +3,7 @@ targets of the families a learner brings, saved to a directory as a hub snapshot
 Llama-3.1-style one (`rope_scaling` llama3, theta 500000) and a Qwen2 one, with SmolLM2's tokenizer.
 Notebook 03's gpu cells call `train_heads` and `head_taus`, notebook 06's `gpu_bench`."""
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,6 +19,8 @@ from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.heads.eagle3 import new_eagle3_head
 from eagle_mini.heads.formats import export_eagle3, export_official
 from eagle_mini.models import resolve, tiny_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LLAMA31_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
@@ -167,3 +170,48 @@ def test_committed_gpu_benches_are_read_with_their_folder(tmp_path):
     (tmp_path / "gpu" / "bench_x").mkdir(parents=True)
     (tmp_path / "gpu" / "bench_x" / "bench.json").write_text(json.dumps({"n": 2}))
     assert gpu_scale.committed_benches(tmp_path / "gpu") == [{"n": 2, "source": "bench_x"}]
+
+
+def notebook_cells(name, ids):
+    """The sources of a notebook's cells, by cell id, in order."""
+    cells = json.loads((ROOT / "notebooks" / name).read_text())["cells"]
+    by_id = {c.get("id"): "".join(c["source"]) for c in cells}
+    return [by_id[i] for i in ids]
+
+
+def test_the_notebooks_gpu_cells_run_at_gpu_scale_on_a_tiny_target(target_dir, tmp_path, monkeypatch):
+    """Notebook 03's gpu-scale cells, with the run made small after its parameters cell, train both
+    heads over two runs of the cell (the first stops half-way); then notebook 06's appendix E
+    benches them and saves the run where the notebook reads GPU benches."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from IPython.display import Markdown
+    from eagle_mini.course import scale
+    from eagle_mini.measure.bench import markdown_table
+    monkeypatch.setenv("EAGLE_MINI_SCALE", "gpu")
+    monkeypatch.setenv("EAGLE_MINI_TARGET", target_dir)
+    shown = []
+    ns = {"ROOT": tmp_path, "RESULTS": tmp_path / "data" / "results", "pd": pd, "torch": torch,
+          "Path": Path, "plt": plt, "Markdown": Markdown, "display": shown.append, "scale": scale,
+          "markdown_table": markdown_table, "load_target": load_target}
+    params, run = notebook_cells("03_training_a_draft_head.ipynb", ["gpu-scale-params", "gpu-scale-run"])
+    exec(params, ns)
+    ns.update(GPU_CONVERSATIONS=4, GPU_MAX_LEN=128, GPU_STEPS=2, GPU_STEPS_PER_RUN=1, GPU_BATCH_TOKENS=256,
+              GPU_TAU_PROMPTS=2, GPU_TAU_TOKENS=8, GPU_EAGLE3_DRAFT_VOCAB=0)
+    exec(run, ns)
+    assert not ns["finished"]
+    exec(run, ns)
+    assert set(ns["finished"]) == {"eagle1", "eagle3"}
+    assert all(t["tau"] >= 1 for t in ns["taus"].values())
+    params, run = notebook_cells("06_speedups.ipynb", ["gpu-bench-params", "gpu-bench-run"])
+    exec(params, ns)
+    ns.update(GPU_PROMPTS=2, GPU_TOKENS=8)
+    exec(run, ns)
+    result = ns["gpu_benches"][0]
+    assert list(result["methods"]) == ["vanilla", "hf-generate", "hf-prompt-lookup", "eagle2 (your head)",
+                                       "eagle3 (your head)"]
+    assert len(shown) == 1 and "eagle3 (your head)" in shown[0].data
+    assert [b["source"] for b in gpu_scale.committed_benches(ns["RESULTS"] / "gpu")] == [
+        "bench_target_cpu_fp32_mtbench_T0"]
