@@ -294,7 +294,9 @@ def markdown_table(result) -> str:
     lines = [f"MT-bench-style run: {result['dataset']}, n={result['n']}, "
              f"{result['max_new_tokens']} new tokens, T={result['temperature']}, "
              f"{result['target']} {result['dtype']} on {result['device']} "
-             f"({result['machine']['cpu']}, {result['machine']['threads']} threads"
+             + (f"({result['machine']['gpu']}; host " if str(result["device"]).startswith("cuda")
+                and result["machine"].get("gpu") else "(")
+             + f"{result['machine']['cpu']}, {result['machine']['threads']} threads"
              + (f", fp32 matmul precision {result['machine']['fp32_matmul_precision']}"
                 if result["machine"].get("fp32_matmul_precision") else "")
              + (f", {kernels_note(result['kernels'])}" if result.get("kernels")
@@ -313,6 +315,9 @@ def markdown_table(result) -> str:
                    f"{r['prefix_agreement']:.0%} of tokens before the first difference)")
         lines.append(f"| {m} | {r['tokens_per_second']:.1f} | {r['speedup']:.2f}x | {pred} | "
                      f"{tau} | {r['tokens_per_forward']:.2f} | {split} | {eq} |")
+    if result.get("variants"):
+        lines += ["", "Rows beyond the method table: " + "; ".join(
+            f"{label}: {v['note'] or v['method']}" for label, v in result["variants"].items()) + "."]
     c = result["cost_curve"]
     if "rounds_ms" in c and 16 in c["ns"]:
         k = c["ns"].index(16)
