@@ -151,9 +151,9 @@ def target_facts(name: str) -> dict:
     return {"target": name, "loads from": where, "chat template": template,
             "access": ("gated: accept the licence on its hub page, then `hf auth login` or HF_TOKEN"
                        if gated else "open (a local directory, or a hub id anyone can download)"),
-            "authors' EAGLE-1 head": entry.get("eagle1"),
-            "authors' EAGLE-3 head": entry.get("eagle3"),
-            "assisted-generation draft": entry.get("assistant")}
+            "authors' EAGLE-1 head": entry.get("eagle1") or "none known to the package",
+            "authors' EAGLE-3 head": entry.get("eagle3") or "none known to the package",
+            "assisted-generation draft": entry.get("assistant") or "none known to the package"}
 
 
 def load_gpu_target(name: str, dtype="bf16", device: str = "cuda"):
