@@ -1,14 +1,19 @@
 """Small helpers the notebooks share: the run scale and a consistent look for figures.
 
 `EAGLE_MINI_SCALE=ci` runs every notebook in <= 2 minutes on a 2-core CPU (what CI executes under
-nbval); `classroom` (the default) is the learner's run, <= 10 minutes per notebook.
+nbval); `classroom` (the default) is the learner's run, <= 10 minutes per notebook; `gpu` is the
+learner's run on a CUDA GPU with a real 7-8B target, named by `EAGLE_MINI_TARGET` (a hub id or a
+local model directory; `gpu_scale.py` runs it).
 
     >>> pick(ci=2, classroom=20)   # doctest: +SKIP
     20
+    >>> pick(ci=2, classroom=20, gpu=2000)   # at EAGLE_MINI_SCALE=gpu  # doctest: +SKIP
+    2000
 """
 import os
 
-SCALES = ("ci", "classroom")
+SCALES = ("ci", "classroom", "gpu")
+DEFAULT_GPU_TARGET = "vicuna-7b"   # `EAGLE_MINI_TARGET` unset: the paper's target
 
 
 def scale() -> str:
@@ -18,9 +23,18 @@ def scale() -> str:
     return s
 
 
-def pick(ci, classroom):
-    """The value for the current scale."""
-    return ci if scale() == "ci" else classroom
+def pick(ci, classroom, gpu=None):
+    """The value for the current scale; at `gpu` scale `gpu`, or `classroom` when not given."""
+    s = scale()
+    if s == "ci":
+        return ci
+    return classroom if s == "classroom" or gpu is None else gpu
+
+
+def gpu_target() -> str:
+    """The target of the `gpu` scale: `EAGLE_MINI_TARGET` (a course name, hub id or local model
+    directory), else `DEFAULT_GPU_TARGET`."""
+    return os.environ.get("EAGLE_MINI_TARGET") or DEFAULT_GPU_TARGET
 
 
 def setup_plots():

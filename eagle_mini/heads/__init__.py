@@ -42,11 +42,11 @@ def load_head(head_dir, target=None):
     config's "kind"), an EAGLE-3 head in the authors' layout (`formats.load_eagle3`) or an official
     EAGLE-1 checkpoint."""
     d = Path(head_dir)
+    cfg = read_config(d)
+    if EAGLE3_ARCH in cfg.get("architectures", []):   # the authors' EAGLE-3: safetensors or a bin
+        return load_eagle3(d, target)
     if (d / "pytorch_model.bin").exists() and not (d / "model.safetensors").exists():
         return load_official(d, target)
-    cfg = read_config(d)
-    if EAGLE3_ARCH in cfg.get("architectures", []):
-        return load_eagle3(d, target)
     if config_kind(cfg) == KIND:
         return Eagle3Head.load(d, target)
     return DraftHead.load(d, target)

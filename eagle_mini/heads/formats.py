@@ -283,14 +283,20 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
     """Load an EAGLE-3 draft in the authors' layout for `target` (its embedding is shared)."""
     from safetensors.torch import load_file
     d = Path(head_dir)
-    for name in (CONFIG, EAGLE3_WEIGHTS):
-        if not (d / name).exists():
-            raise EagleMiniError(f"{d} is not an EAGLE-3 draft directory (no {name})")
+    # the authors publish their EAGLE-3 drafts as pytorch_model.bin; SpecForge and our export write
+    # model.safetensors
+    weights = d / EAGLE3_WEIGHTS if (d / EAGLE3_WEIGHTS).exists() else d / WEIGHTS
+    for path in (d / CONFIG, weights):
+        if not path.exists():
+            raise EagleMiniError(f"{d} is not an EAGLE-3 draft directory (no {path.name})")
     if target is None:
         raise EagleMiniError("loading an EAGLE-3 draft in the authors' layout needs its target")
+    if weights.name == WEIGHTS:
+        state = _read_state_dict(weights)   # weights only: a downloaded pickle is untrusted
     try:
         cfg = json.loads((d / CONFIG).read_text())
-        state = load_file(d / EAGLE3_WEIGHTS)
+        if weights.name == EAGLE3_WEIGHTS:
+            state = load_file(weights)
     except Exception as e:
         raise EagleMiniError(f"{d} holds a damaged EAGLE-3 draft: {e}") from None
     if EAGLE3_ARCH not in cfg.get("architectures", []):
@@ -303,13 +309,13 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
                                  f"(head) vs {theirs} (target)")
     d2t, t2d = state.pop("d2t", None), state.pop("t2d", None)
     if d2t is None:
-        raise EagleMiniError(f"{d / EAGLE3_WEIGHTS} has no d2t map")
+        raise EagleMiniError(f"{weights} has no d2t map")
     draft_to_target = torch.arange(d2t.numel()) + d2t.long()
     if t2d is not None and not torch.equal(t2d.bool().nonzero().flatten(), draft_to_target.sort().values):
-        raise EagleMiniError(f"{d / EAGLE3_WEIGHTS}: d2t and t2d disagree")
+        raise EagleMiniError(f"{weights}: d2t and t2d disagree")
     embed = state.pop("embed_tokens.weight", None)
     if embed is not None and tuple(embed.shape) != (target.vocab_size, target.hidden_size):
-        raise EagleMiniError(f"{d / EAGLE3_WEIGHTS}: embed_tokens.weight has shape "
+        raise EagleMiniError(f"{weights}: embed_tokens.weight has shape "
                              f"{tuple(embed.shape)}, expected {(target.vocab_size, target.hidden_size)}")
     head = Eagle3Head(target.config, draft_vocab=draft_to_target, target_name=target.name,
                       layers=file_layers(cfg, d / CONFIG), rope=file_rope(cfg),
@@ -317,7 +323,7 @@ def load_eagle3(head_dir, target) -> Eagle3Head:
     expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in state.items()}
     if expected != got:
-        raise EagleMiniError(f"{d / EAGLE3_WEIGHTS} does not match an EAGLE-3 draft for "
+        raise EagleMiniError(f"{weights} does not match an EAGLE-3 draft for "
                              f"{target.name}: missing {sorted(set(expected) - set(got))}, "
                              f"unexpected {sorted(set(got) - set(expected))}, wrong shapes "
                              f"{sorted(k for k in expected.keys() & got.keys() if expected[k] != got[k])}")

@@ -18,6 +18,7 @@ and reports EAGLE against the faster of the two (`stock_vanilla`, `baseline`).
 import json
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,8 +27,9 @@ from eagle_mini.data import evenly_spaced, load_prompts
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.auto import choose_auto_tree, predict
 from eagle_mini.measure.evaluate import pooled_tau
-from eagle_mini.methods import AUTO, BENCH_DEFAULT, EAGLE2, EAGLE_METHODS, METHOD_NAMES, VANILLA
-from eagle_mini.runtime.run import pick_head, run_method
+from eagle_mini.methods import (AUTO, BENCH_DEFAULT, EAGLE2, EAGLE_METHODS, METHOD_NAMES, VANILLA,
+                                method as method_row)
+from eagle_mini.runtime.run import pick_head, run_hf, run_method
 from eagle_mini.runtime.exact import exact_of, stock_forward
 from eagle_mini.runtime.kernels import kernels_note
 from eagle_mini.runtime.cost import cost_curve, pool_cost_curves
@@ -36,15 +38,47 @@ from eagle_mini.results import machine_info, results_json
 STOCK_VANILLA = "vanilla, stock forward"   # exact mode's other baseline (not a method of the table)
 
 
-def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, auto_tree=None):
-    """One generation on the runtime's clock (`run_method`) -> (output ids, stats).
-    `STOCK_VANILLA`: vanilla on an exact target's stock forward (switched outside the clock)."""
+@dataclass(frozen=True)
+class Variant:
+    """A bench row beyond the method table, under its own `label`: the table's method `method`
+    drafted by its own `head` (an EAGLE row, e.g. a second head beside the run's), or with more
+    Hugging Face `generate` options (an "hf" row, e.g. `{"assistant_model": model}`: HF assisted
+    generation with a small draft model). `note` says what it is in the results file."""
+    label: str
+    method: str
+    head: object = None
+    hf_options: dict = field(default_factory=dict)
+    note: str = ""
+
+    def check(self):
+        row = method_row(self.method)
+        if self.label in METHOD_NAMES:
+            raise EagleMiniError(f"a variant's label must not be a method name: {self.label!r}")
+        if row.name == AUTO:
+            raise EagleMiniError("an `auto` variant would share the run's measured tree; use eagle2")
+        if row.is_eagle and self.head is None:
+            raise EagleMiniError(f"variant {self.label!r} runs {row.name}: it needs a head")
+        return self
+
+
+def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, auto_tree=None,
+            variants=None):
+    """One generation on the runtime's clock (`run_method`, or `run_hf` for an "hf" variant) ->
+    (output ids, stats). `method` is a method name, the label of one of `variants`, or
+    `STOCK_VANILLA` (vanilla on an exact target's stock forward, switched outside the clock)."""
     if method == STOCK_VANILLA:
         with stock_forward(target):
             return run_one(target, head, VANILLA, prompt, max_new_tokens, temperature, seed)
-    tree = auto_tree if method == AUTO else None
-    gen = run_method(target, head, method, prompt, max_new_tokens, tree=tree,
-                     temperature=temperature, seed=seed)
+    v = (variants or {}).get(method)
+    if v is not None and method_row(v.method).runner == "hf":
+        options = {**method_row(v.method).hf_options, **v.hf_options}
+        gen = run_hf(target, prompt, max_new_tokens, options, temperature=temperature, seed=seed)
+    else:
+        if v is not None:
+            method, head = v.method, v.head
+        tree = auto_tree if method == AUTO else None
+        gen = run_method(target, head, method, prompt, max_new_tokens, tree=tree,
+                         temperature=temperature, seed=seed)
     return gen.output_ids, gen.stats
 
 
@@ -75,7 +109,7 @@ def _bench_inputs(methods, dataset, n, prompts):
 
 
 def _interleaved(target, head, methods, prompts, max_new_tokens, temperature, seed, auto_tree,
-                 curve_round, later: set[int], progress) -> tuple[dict, dict, list]:
+                 curve_round, later: set[int], progress, variants=None) -> tuple[dict, dict, list]:
     """Every method on every prompt, the order rotating per prompt, with the later cost-curve
     rounds between them: (stats per method, output ids per method, those rounds)."""
     rows, outputs, rounds = defaultdict(list), defaultdict(list), []
@@ -86,7 +120,7 @@ def _interleaved(target, head, methods, prompts, max_new_tokens, temperature, se
         order = list(methods[i % len(methods):]) + list(methods[:i % len(methods)])
         for m in order:
             out, stats = run_one(target, head, m, prompt, max_new_tokens, temperature, seed + i,
-                                 auto_tree)
+                                 auto_tree, variants)
             rows[m].append(stats)
             outputs[m].append(out)
             bar.update(1)
@@ -97,14 +131,15 @@ def _interleaved(target, head, methods, prompts, max_new_tokens, temperature, se
 
 
 def _method_summaries(target, methods, prompts, rows, outputs, curve, temperature,
-                      auto_tree) -> dict:
+                      auto_tree, variants=None) -> dict:
     """Per method, `summarize` against vanilla; where a greedy method parts from vanilla, where
     and how close the choice was (`first_difference_margins`)."""
     van = rows[VANILLA]
     van_tps = sum(s["new_tokens"] for s in van) / sum(s["seconds"] for s in van)
     gaps, out = None, {}
     for m in methods:
-        out[m] = summarize(m, rows[m], outputs[m], outputs[VANILLA], van_tps, curve, temperature,
+        kind = variants[m].method if m in (variants or {}) else m
+        out[m] = summarize(kind, rows[m], outputs[m], outputs[VANILLA], van_tps, curve, temperature,
                            auto_tree)
         if temperature == 0 and not out[m]["equal_to_vanilla"]:
             if gaps is None:   # vanilla's own gaps: one set for every method that parts from it
@@ -116,8 +151,11 @@ def _method_summaries(target, methods, prompts, rows, outputs, curve, temperatur
 
 def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_tokens=128,
           temperature=0.0, seed=0, progress=True, head_note="", prompts=None,
-          curve_repeats=5, curve_rounds=4) -> dict:
+          curve_repeats=5, curve_rounds=4, variants=()) -> dict:
     """Run every method on the same prompts, interleaved; return per-method aggregates.
+
+    `variants` (`Variant`s) add rows beyond the method table, interleaved with the others and
+    reported under their labels, after the table's methods.
 
     `prompts` (strings or token-id lists) replaces the dataset, e.g. for tiny test models.
     The cost curve is measured in `curve_rounds` rounds of `curve_repeats`: one before the
@@ -125,6 +163,8 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     `pool_cost_curves` for the predictions, so the curve sees the moments the generations do.
     """
     methods, prompts, dataset, calibration = _bench_inputs(methods, dataset, n, prompts)
+    extra = {v.label: v.check() for v in variants}
+    methods = tuple(methods) + tuple(extra)
     prefix = min(200, target.context_length // 4)
     def curve_round():
         return cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), repeats=curve_repeats,
@@ -139,9 +179,9 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     exact = getattr(getattr(target, "exact", None), "exact", False)
     timed = tuple(methods) + ((STOCK_VANILLA,) if exact else ())
     for m in timed:  # warm-up
-        run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree)
+        run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree, extra)
     rows, outputs, more = _interleaved(target, head, timed, prompts, max_new_tokens, temperature,
-                                       seed, auto_tree, curve_round, later, progress)
+                                       seed, auto_tree, curve_round, later, progress, extra)
     curve = pool_cost_curves(rounds + more)
     result = {"dataset": dataset, "n": len(prompts), "selection": "evenly spaced over the set",
               "calibration_prompts": len(calibration), "max_new_tokens": max_new_tokens,
@@ -151,8 +191,11 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
               "auto_scores": auto_scores, "kernels": getattr(target, "kernels", None),
               "exact": exact_of(target),
               "machine": machine_info(), "methods": {}}
+    if extra:
+        result["variants"] = {label: {"method": v.method, "note": v.note}
+                              for label, v in extra.items()}
     result["methods"] = _method_summaries(target, methods, prompts, rows, outputs, curve,
-                                          temperature, auto_tree)
+                                          temperature, auto_tree, extra)
     if exact:
         van = result["methods"][VANILLA]
         result["stock_vanilla"] = summarize(STOCK_VANILLA, rows[STOCK_VANILLA],
@@ -289,7 +332,9 @@ def markdown_table(result) -> str:
     lines = [f"MT-bench-style run: {result['dataset']}, n={result['n']}, "
              f"{result['max_new_tokens']} new tokens, T={result['temperature']}, "
              f"{result['target']} {result['dtype']} on {result['device']} "
-             f"({result['machine']['cpu']}, {result['machine']['threads']} threads"
+             + (f"({result['machine']['gpu']}; host " if str(result["device"]).startswith("cuda")
+                and result["machine"].get("gpu") else "(")
+             + f"{result['machine']['cpu']}, {result['machine']['threads']} threads"
              + (f", fp32 matmul precision {result['machine']['fp32_matmul_precision']}"
                 if result["machine"].get("fp32_matmul_precision") else "")
              + (f", {kernels_note(result['kernels'])}" if result.get("kernels")
@@ -320,6 +365,9 @@ def markdown_table(result) -> str:
                   f"{1 / stock['speedup']:.2f}x its speed."
                   + (f" Against the faster vanilla ({base['name']}), the fastest EAGLE method, "
                      f"{best}, runs at {base['speedups'][best]:.2f}x." if best else "")]
+    if result.get("variants"):
+        lines += ["", "Rows beyond the method table: " + "; ".join(
+            f"{label}: {v['note'] or v['method']}" for label, v in result["variants"].items()) + "."]
     c = result["cost_curve"]
     if "rounds_ms" in c and 16 in c["ns"]:
         k = c["ns"].index(16)

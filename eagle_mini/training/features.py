@@ -333,6 +333,16 @@ def dump_command(target_name: str = "smollm2-135m", data: str = "sharegpt", spli
     if data != "sharegpt":
         raise EagleMiniError(f"unknown training data {data!r}; known: sharegpt")
     target = load_target(target_name, dtype=dtype, device=device)
+    return dump_target(target, target_name, split, max_conversations, max_len, out, start,
+                       shard_size, batch_tokens, progress, eagle3)
+
+
+def dump_target(target, target_name: str, split: str = "train", max_conversations: int | None = None,
+                max_len: int = 2048, out: str = "features", start: int = 0, shard_size: int = 256,
+                batch_tokens: int = 4096, progress: bool = True, eagle3: bool = False) -> dict:
+    """`dump_command` on a target already loaded (a 7B target is loaded once for dump and training:
+    `course/gpu_scale.py`); `target_name` is what the dump's manifest names its tokenizer by."""
+    data = "sharegpt"
     template = getattr(target.tokenizer, "chat_template", None) or ""
     info = {"data": data, "split": split, "max_len": max_len, "start": start,
             "tokenizer": target_name, "template_sha256": _sha256(str(template).encode())[:16]}
