@@ -64,12 +64,18 @@ class TrainHeadCommand:
 
 def frequent_tokens(target, n: int, conversations: int = 2000) -> list[int]:
     """The n most frequent assistant (loss-masked) tokens of the first train conversations."""
+    return most_frequent_ids(assistant_token_counts(target, conversations), n, target.vocab_size)
+
+
+def assistant_token_counts(target, conversations: int = 2000) -> Counter:
+    """How often each token id is an assistant (loss-masked) token of the first `conversations`
+    train conversations: what `frequent_tokens` ranks."""
     from eagle_mini.data import iter_conversations
     counts = Counter()
     for ex in iter_conversations("train", target.tokenizer, max_len=2048,
                                  max_conversations=conversations):
         counts.update(t for t, m in zip(ex.input_ids, ex.loss_mask) if m)
-    return most_frequent_ids(counts, n, target.vocab_size)
+    return counts
 
 
 def most_frequent_ids(counts: Counter, n: int, vocab_size: int) -> list[int]:
