@@ -20,9 +20,10 @@ PACKAGE = pathlib.Path(eagle_mini.__file__).parent
 # setting (`--kernels auto`, `--exact auto`, `--mixed-precision auto`, a Jupyter option), "eagle3"
 # a head kind (`heads/eagle3.py`'s KIND). The check skips these words in the modules that use them
 # so.
+# the same words meaning a mode ("auto") or a head kind ("eagle3") in these modules
 OTHER_VOCABULARY = {"auto": {"cli", "runtime/kernels.py", "runtime/exact.py", "training/commands.py",
-                             "course/assignments.py"},
-                    "eagle3": {"heads/eagle3.py"}}
+                             "course/assignments.py", "course/gpu_scale.py"},
+                    "eagle3": {"heads/eagle3.py", "course/gpu_scale.py"}}
 
 
 def method_name_literals(package=PACKAGE) -> dict[str, set[str]]:

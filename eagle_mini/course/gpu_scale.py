@@ -239,7 +239,7 @@ def gpu_bench(target, released: dict, own: dict | None = None, assistant=None,
                                 note="HF assisted generation, draft model "
                                      + (assistant_name or assistant.name)))
     for kind, head in (own or {}).items():
-        variants.append(Variant(f"{'eagle3' if kind == 'eagle3' else 'eagle2'} (your head)",
+        variants.append(Variant(f"{EAGLE3 if kind == 'eagle3' else EAGLE2} (your head)",
                                 EAGLE3 if kind == "eagle3" else EAGLE2, head=head,
                                 note=f"the learner's {kind} head (notebook 03)"))
     note = ", ".join(f"authors' {k} head" for k in released) or "no released head"

@@ -70,7 +70,8 @@ def bench_runs(results: Path = RESULTS) -> dict[str, dict]:
     """Every committed bench run, labelled by dtype and temperature ("float32 T=0", ...), by exact
     mode where a reduced-precision run verified in it ("bfloat16 T=0 exact"), by fp32 matmul
     precision where it was not the exact default ("float32 T=0 matmul medium"), and by its prompts
-    where they are not MT-bench's ("bfloat16 T=0 exact humaneval")."""
+    where they are not MT-bench's ("bfloat16 T=0 exact humaneval"), and by the stock-forward vanilla
+    an exact run timed beside its own ("bfloat16 T=0 exact with stock vanilla")."""
     runs = {}
     for path in sorted(results.glob("bench_*/bench.json")):
         b = json.loads(path.read_text())
@@ -79,7 +80,8 @@ def bench_runs(results: Path = RESULTS) -> dict[str, dict]:
         exact = " exact" if (b.get("exact") or {}).get("exact") else ""
         label = (f"{b['dtype']} T={b['temperature']:g}{exact}"
                  + (f" matmul {precision}" if precision else "")
-                 + (f" {b['dataset']}" if b.get("dataset", "mtbench") != "mtbench" else ""))
+                 + (f" {b['dataset']}" if b.get("dataset", "mtbench") != "mtbench" else "")
+                 + (" with stock vanilla" if b.get("stock_vanilla") else ""))
         if label in runs:
             raise EagleMiniError(f"two bench runs share the label {label!r}: {runs[label]['path']} "
                                  f"and {b['path']}")
