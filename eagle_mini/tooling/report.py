@@ -48,7 +48,8 @@ BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtb
            "bench_smollm2-135m_cpu_bf16_exact_mtbench_T1",
            "bench_smollm2-135m_cpu_bf16_exact_humaneval_T0",
            "bench_smollm2-135m_cpu_bf16_exact_sharegpt_T0",
-           "bench_smollm2-135m_cpu_bf16_exact_mtbench_T0_vs_stock")
+           "bench_smollm2-135m_cpu_bf16_exact_mtbench_T0_vs_stock",
+           "bench_smollm2-135m_cpu_humaneval_T0")
 # The papers' own figures, cited as theirs (EAGLE_REFERENCE.md §6).
 PAPER_HEAD = "top-1 about 0.78 and tau 3.94 for the paper's Vicuna-7B head (EAGLE, MT-bench, T=0)"
 NOTEBOOK_TOPICS = {
@@ -147,7 +148,8 @@ def cost_section(f: Files) -> list[str]:
             "(`--kernels auto`, the default: every choice timed once per CPU model, "
             "`kernels.use_kernels`); `--kernels onednn|mkl|stock` overrides it. This curve is why the "
             "course's trees are small: see notebook 00 "
-            "for the roofline that explains its shape.", "", *kernels_lines(f), *compile_lines(f)]
+            "for the roofline that explains its shape.", "", *kernels_lines(f), *compile_lines(f),
+            *exact_ways_lines(f)]
 
 
 def short_dtype(dtype: str) -> str:
@@ -203,6 +205,41 @@ def compile_lines(f: Files) -> list[str]:
             "node against its one-token replay, bitwise) passed on the compiled forward.", "",
             *table(["round", "compiled", "exact", "compile + check s", *(f"c({n}) ms" for n in ns)],
                    rows), "", source(COMPILE_PROBE, doc), ""]
+
+
+EXACT_WAYS_PROBE = "probe_exact_ways.json"
+
+
+def exact_ways_lines(f: Files) -> list[str]:
+    """Other ways to an exact bf16 tree forward (`scripts/probe_exact_ways.py`): bf16 SDPA per
+    call, each way's bitwise check and its forward times, in one run."""
+    if not f.path(EXACT_WAYS_PROBE).exists():
+        return []
+    doc = f.json(EXACT_WAYS_PROBE)
+    forwards = list(next(iter(doc["ms"].values())))
+    checks = {c["way"]: c for c in doc["checks"]}
+
+    def exact(way):
+        c = checks.get(way)
+        return "not checked" if c is None else (
+            f"{c['equal']}/{c['nodes']} nodes" + (" against the stock step" if c["against"] == "stock"
+                                                   else ""))
+    rows = [[w, exact(w), *(f"{v:.1f}" for v in ms.values())] for w, ms in doc["ms"].items()]
+    sdpa = [[r["keys"], r["queries"], f"{r['queries alone']:.0f}", f"{r['one masked call']:.0f}"]
+            for r in doc["sdpa_us"]]
+    return ["### Other ways to an exact tree forward, tried", "",
+            "Can vanilla keep its stock step, with only the tree made to match it? `views+rows` "
+            "gives every tree query the stock one-query attention call over a view of exactly its "
+            "keys and runs `down_proj` one row at a time; `grouped+fixedk` is exact mode's batched "
+            "math attention; `blocks+fixedk` is exact mode as it runs. Bitwise: every node of "
+            "chains and trees over three prefixes against its one-token replay. Times: median ms "
+            f"over a {doc['prefix_len']}-token prefix, the ways interleaved in one run.", "",
+            *table(["way", "bit-identical", *(f"{f} ms" for f in forwards)], rows), "",
+            "What one query per call costs: bf16 `scaled_dot_product_attention` on n queries each "
+            "alone (n batch elements, the bits of the one-query call) against the n in one masked "
+            "call (a stock tree's), µs per call:",
+            "", *table(["keys", "queries", "each query alone", "one masked call"], sdpa), "",
+            source(EXACT_WAYS_PROBE, doc), ""]
 
 
 def head_section(f: Files) -> list[str]:
