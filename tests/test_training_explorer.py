@@ -113,6 +113,10 @@ def test_view_reads_the_heads_and_the_targets_distributions(head, row, target):
         assert s["target_top"][0][0] == s["target"] == int(q.argmax())
         assert [round(x, 5) for _, x in s["draft_top"]] == [round(x, 5) for x in p.topk(4).values.tolist()]
         assert s["target_in_draft_vocab"] == (s["target"] in head.draft_to_target.tolist())
+        on_draft = dict(zip(head.draft_to_target.tolist(), p.tolist()))
+        for token, target_p, draft_p in s["bars"]:
+            assert target_p == pytest.approx(float(q[token])) and draft_p == pytest.approx(on_draft.get(token, 0.0))
+        assert {i for i, _, _ in s["bars"]} == {i for i, _ in s["draft_top"]} | {i for i, _ in s["target_top"]}
         assert s["tried"] == int(t["tried"][step].sum())
         assert s["alpha"] == s["accepted"] / s["tried"] if s["tried"] else math.isnan(s["alpha"])
         assert s["text_next"] == (int(row["input_ids"][position + 2]) if position + 2 < 30 else None)
@@ -138,6 +142,7 @@ def test_moving_the_first_control_changes_what_is_shown(target, row):
     import matplotlib
     matplotlib.use("Agg")
     heads = {"step 0": new_head(target, seed=1), "other": new_head(target, seed=2)}
+    assert TrainingExplorer(heads, row, steps=STEPS, head="other").state()["head"] == "other"
     ui = TrainingExplorer(heads, row, steps=STEPS)
     first = ui.state()
     assert first["head"] == "step 0" and first["step"] == 0 and first["outcome"] != "not counted"

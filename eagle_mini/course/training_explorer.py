@@ -73,7 +73,8 @@ def view(head, row: dict, t: dict, position: int, step: int, top: int = 5,
          w_cls: float = TrainConfig.w_cls) -> dict:
     """What the explorer shows at `position` and chain `step`: the tokens read and the text's next
     one, the draft's `top` tokens (target ids, probability over the draft vocabulary) and the
-    target's (over its whole vocabulary), the outcome, the loss parts there, and over the
+    target's (over its whole vocabulary), `bars` (each of those tokens: target's and draft's
+    probability, 0 outside the draft vocabulary), the outcome, the loss parts there, and over the
     conversation at this step: accepted, tried and the mean loss parts over counted positions."""
     n, steps = t["reg"].shape[1], t["reg"].shape[0]
     if not 0 <= position < n:
@@ -85,6 +86,8 @@ def view(head, row: dict, t: dict, position: int, step: int, top: int = 5,
     target_p = (row["features"][position + 1].float() @ head._shared["target_lm_head"].float().T).softmax(-1)
     d = draft_p.topk(min(top, draft_p.numel()))
     g = target_p.topk(top)
+    on_draft = dict(zip(head.draft_to_target.tolist(), draft_p.tolist()))
+    tokens = dict.fromkeys(g.indices.tolist() + head.draft_to_target[d.indices].tolist())
     counted, tried = t["counted"], t["tried"][step]
     accepted = int((t["correct"][step] & tried).sum())
     return {"position": position, "step": step, "shifted_token": int(ids[position + 1]),
@@ -92,6 +95,7 @@ def view(head, row: dict, t: dict, position: int, step: int, top: int = 5,
             "chain_from": position - step,
             "draft_top": list(zip(head.draft_to_target[d.indices].tolist(), d.values.tolist())),
             "target_top": list(zip(g.indices.tolist(), g.values.tolist())),
+            "bars": [(i, float(target_p[i]), on_draft.get(i, 0.0)) for i in tokens],
             "draft": int(t["draft"][step, position]), "target": int(t["target_next"][position]),
             "target_in_draft_vocab": bool((head.draft_to_target == t["target_next"][position]).any()),
             "outcome": outcomes(t, step)[position],
@@ -111,17 +115,16 @@ def draw(t: dict, s: dict, label: str, text, axes):
         at = [i for i, k in enumerate(kinds) if k == kind]
         left.scatter(at, t["reg"][s["step"], at].tolist(), s=9, color=color, label=kind)
     left.axvline(s["position"], color="black", lw=1, ls="--")
-    left.set(xlabel="position i (assistant positions only)", ylabel="SmoothL1(f'_{i+1}, f_{i+1})",
-             title=f"{label}, chain step {s['step']}: {s['accepted']} of {s['tried']} accepted here")
+    left.set(xlabel="position i (assistant positions only)", ylabel=r"SmoothL1($\hat f_{i+1}$, $f_{i+1}$)",
+             title=f"head {label}, chain step {s['step']}: {s['accepted']} of {s['tried']} accepted")
     left.legend(fontsize=7, loc="upper right", markerscale=2)
-    tokens = list(dict.fromkeys([i for i, _ in s["target_top"]] + [i for i, _ in s["draft_top"]]))
-    draft, target = dict(s["draft_top"]), dict(s["target_top"])
+    tokens, target, draft = zip(*s["bars"])
     y = torch.arange(len(tokens)).float()
-    right.barh(y - 0.2, [target.get(i, 0) for i in tokens], 0.4, color="0.35", label="target, p(t_{i+2})")
-    right.barh(y + 0.2, [draft.get(i, 0) for i in tokens], 0.4, color="tab:blue", label="draft, p'(t_{i+2})")
+    right.barh(y - 0.2, target, 0.4, color="0.35", label=r"target, $p(t_{i+2})$ from $f_{i+1}$")
+    right.barh(y + 0.2, draft, 0.4, color="tab:blue", label=r"draft, from $\hat f_{i+1}$")
     right.set_yticks(y.tolist(), [text(i) for i in tokens], fontsize=8)
     right.invert_yaxis()
-    right.set(xlim=(0, 1), xlabel="probability (each side's top tokens)", title=f"position {s['position']}")
+    right.set(xlim=(0, 1), xlabel="probability (both sides' top tokens)", title=f"position {s['position']}")
     right.legend(fontsize=7, loc="lower right")
     return axes
 
@@ -137,7 +140,7 @@ class TrainingExplorer(Explorer):
     parts and outcomes along `row`, a held-out conversation, and what the head drafts at i."""
 
     def __init__(self, heads: dict, row: dict, text=str, steps: int = 4, position: int | None = None,
-                 w_cls: float = TrainConfig.w_cls):
+                 head: str | None = None, w_cls: float = TrainConfig.w_cls):
         import ipywidgets as w
         self.heads, self.row, self.text, self.steps, self.w_cls = heads, row, text, steps, w_cls
         self._traces = {}
@@ -148,7 +151,8 @@ class TrainingExplorer(Explorer):
         self.position = w.IntSlider(value=position if position is not None else counted[len(counted) // 4],
                                     min=counted[0], max=counted[-1], description="position i", style=style,
                                     layout=w.Layout(width="620px"))
-        self.head = w.ToggleButtons(options=list(heads), description="head", style=style)
+        self.head = w.ToggleButtons(options=list(heads), value=head or next(iter(heads)), description="head",
+                                    style=style)
         self.step = w.IntSlider(value=0, min=0, max=steps - 1, description="chain step n", style=style,
                                 layout=w.Layout(width="420px"))
         self.wire(self.position, self.head, self.step)
