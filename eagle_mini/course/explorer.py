@@ -9,7 +9,7 @@ display of it. A subclass builds its controls, then calls `wire` last in its `__
     class KExplorer(Explorer):
         def __init__(self):
             import ipywidgets as w
-            self.k = w.IntSlider(value=1, min=1, max=4)
+            self.k = w.IntSlider(max=4)
             self.wire(self.k)                # VBox([k, output]), k observed, shown once
         def state(self):
             return {"k": self.k.value}
