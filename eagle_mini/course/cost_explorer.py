@@ -17,6 +17,7 @@ gap is what the roofline leaves out (small-matmul rates, attention, logits, per-
 Left out: the KV cache's bytes, and curves other dtypes would give on other kernels.
 """
 from eagle_mini.course import roofline_seconds
+from eagle_mini.course.explorer import Explorer
 from eagle_mini.errors import EagleMiniError
 
 
@@ -65,7 +66,7 @@ def draw(runs: dict[str, dict], dtype: str, n: int, ax):
     return ax
 
 
-class CostExplorer:
+class CostExplorer(Explorer):
     """Notebook 00's controls: n (a slider over the measured n, the first control) and the dtype;
     the curves, the roofline and one sentence reading them at n."""
 
@@ -80,14 +81,7 @@ class CostExplorer:
                                    layout=w.Layout(width="520px"))
         self.dtype = w.ToggleButtons(options=list(runs), description="dtype",
                                      style={"description_width": "120px"})
-        self.output = w.Output()
-        self.n.observe(lambda _: self.show(), "value")
-        self.dtype.observe(lambda _: self.show(), "value")
-        self.box = w.VBox([self.n, self.dtype, self.output])
-        self.show()
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
+        self.wire(self.n, self.dtype)
 
     def state(self) -> dict:
         return {"dtype": self.dtype.value, **reading(self.runs[self.dtype.value], self.n.value)}

@@ -19,6 +19,7 @@ Left out: trees (several children per depth) and the draft's cost.
 """
 import math
 
+from eagle_mini.course.explorer import Explorer
 from eagle_mini.errors import EagleMiniError
 
 
@@ -55,7 +56,7 @@ def view(profiles: dict[str, list[float]], k: int) -> dict:
             "tau": {n: chain_tau(a, k) for n, a in profiles.items()}}
 
 
-class DepthExplorer:
+class DepthExplorer(Explorer):
     """Notebook 08's controls: the chain length K (the first control) and the source of the rates
     (`sources`: a name -> {head name -> acceptance by depth}); the rates and tau(K) per head."""
 
@@ -67,14 +68,7 @@ class DepthExplorer:
         self.k = w.IntSlider(value=1, min=1, max=deepest, description="drafts in the chain K", style=style,
                              layout=w.Layout(width="460px"))
         self.source = w.ToggleButtons(options=list(sources), description="rates from", style=style)
-        self.output = w.Output()
-        self.k.observe(lambda _: self.show(), "value")
-        self.source.observe(lambda _: self.show(), "value")
-        self.box = w.VBox([self.k, self.source, self.output])
-        self.show()
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
+        self.wire(self.k, self.source)
 
     def state(self) -> dict:
         profiles = self.sources[self.source.value]

@@ -15,6 +15,7 @@ Left out: which k seeds (always the first k, in the run's order) and the per-epo
 """
 import copy
 
+from eagle_mini.course.explorer import Explorer
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.experiments.ablation import paper_checks, summarize, summary_table
 
@@ -48,7 +49,7 @@ def view(result: dict, k: int) -> dict:
             "table": summary_table(sub)}
 
 
-class SeedExplorer:
+class SeedExplorer(Explorer):
     """Notebook 02's controls: how many seeds to pool (the first control) and which run (`runs`:
     a name -> an ablation result); the table and the paper's claims for that choice."""
 
@@ -59,14 +60,7 @@ class SeedExplorer:
         self.k = w.IntSlider(value=1, min=1, max=max(seed_count(r) for r in runs.values()),
                              description="seeds pooled", style=style, layout=w.Layout(width="420px"))
         self.run = w.ToggleButtons(options=list(runs), description="run", style=style)
-        self.output = w.Output()
-        self.k.observe(lambda _: self.show(), "value")
-        self.run.observe(lambda _: self.show(), "value")
-        self.box = w.VBox([self.k, self.run, self.output])
-        self.show()
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
+        self.wire(self.k, self.run)
 
     def state(self) -> dict:
         result = self.runs[self.run.value]

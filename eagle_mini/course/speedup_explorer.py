@@ -31,6 +31,7 @@ the context length, and the machine's drift between the curve and the generation
 import json
 from pathlib import Path
 
+from eagle_mini.course.explorer import Explorer
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.methods import VANILLA
 from eagle_mini.runtime.auto import relative_cost
@@ -197,7 +198,7 @@ def draw(state: dict, pts: list[dict], ax, tau_max: float = 6.0):
     return ax
 
 
-class SpeedupExplorer:
+class SpeedupExplorer(Explorer):
     """Notebook 06's controls: tau, the tree size N on a measured cost curve (or c(N)/c(1) by hand),
     the draft cost, and whether to add a run's measured overheads; the figure and the numbers."""
 
@@ -216,15 +217,8 @@ class SpeedupExplorer:
         self.draft = w.FloatSlider(value=0.4, min=0.0, max=1.5, step=0.01, description="draft / c(1)",
                                    style=style, layout=wide)
         self.extra = w.Checkbox(value=False, description="add the committed run's measured overheads")
-        self.output = w.Output()
-        for control in (self.tau, self.curve, self.n, self.verify, self.draft, self.extra):
-            control.observe(lambda _: self.show(), "value")
-        self.box = w.VBox([self.tau, w.HBox([self.curve, self.extra]), self.n, self.verify, self.draft,
-                           self.output])
-        self.show()
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
+        self.wire(self.tau, w.HBox([self.curve, self.extra]), self.n, self.verify, self.draft,
+                  observe=(self.tau, self.curve, self.n, self.verify, self.draft, self.extra))
 
     def state(self) -> dict:
         by_hand = self.curve.value == "by hand"

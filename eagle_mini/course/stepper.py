@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from eagle_mini.course.explorer import Explorer
 from eagle_mini.decode import EagleDecoder, kept_tokens
 from eagle_mini.methods import EAGLE, EAGLE2, EAGLE_CHAIN
 from eagle_mini.sampling import uniform, warp
@@ -315,7 +316,7 @@ def token_text(target):
     return lambda t: repr(target.tokenizer.decode([int(t)]))
 
 
-class StepperWidget:
+class StepperWidget(Explorer):
     """Notebook 05's controls around a `Stepper`: prompt, tree and temperature pickers, a "next
     cycle" and a "reset" button, and an output showing the text so far and the last cycle.
     Changing a picker starts a new generation. Buttons can be pressed from code (`.next.click()`)."""
@@ -331,17 +332,10 @@ class StepperWidget:
         self.temperature = w.SelectionSlider(options=list(temperatures), description="T")
         self.next = w.Button(description="next cycle", button_style="primary", icon="step-forward")
         self.reset = w.Button(description="reset", icon="undo")
-        self.output = w.Output()
-        for control in (self.prompt, self.tree, self.temperature):
-            control.observe(lambda _: self.restart(), "value")
         self.next.on_click(lambda _: self.advance())
         self.reset.on_click(lambda _: self.restart())
-        self.box = w.VBox([w.HBox([self.prompt, self.tree, self.temperature]),
-                           w.HBox([self.next, self.reset]), self.output])
-        self.restart()
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
+        self.wire(w.HBox([self.prompt, self.tree, self.temperature]), w.HBox([self.next, self.reset]),
+                  observe=(self.prompt, self.tree, self.temperature), on_change=self.restart)
 
     def restart(self):
         self.stepper = Stepper(self.target, self.head, self.prompt.value, self.tree.value,

@@ -18,6 +18,7 @@ from collections import Counter
 
 import torch
 
+from eagle_mini.course.explorer import Explorer
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.training.commands import most_frequent_ids
 
@@ -62,7 +63,7 @@ def view(counts: Counter, choices: dict, k: int, vocab_size: int, hidden: int) -
             "lm_head_parameters": k * hidden, "share_of_full": k / vocab_size}
 
 
-class VocabExplorer:
+class VocabExplorer(Explorer):
     """Notebook 07's control: the draft vocabulary size k (a slider, powers of two up to the
     target's vocabulary); the coverage curve, the point at k and one sentence."""
 
@@ -75,13 +76,7 @@ class VocabExplorer:
         self.k = w.SelectionSlider(options=sizes, value=k if k in sizes else sizes[len(sizes) // 2],
                                    description="draft vocabulary k", style={"description_width": "140px"},
                                    layout=w.Layout(width="560px"))
-        self.output = w.Output()
-        self.k.observe(lambda _: self.show(), "value")
-        self.box = w.VBox([self.k, self.output])
-        self.show()
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
+        self.wire(self.k)
 
     def state(self) -> dict:
         return self.views[self.k.value]

@@ -62,8 +62,9 @@ NOTEBOOK_TOPICS = {
     "02_feature_uncertainty": "why the head reads the *shifted* token: the four-input ablation and "
                               "the uncertainty measured directly (`experiment uncertainty`)",
     "03_training_a_draft_head": "the head's parts counted, a live feature dump and training run "
-                                "with loss curves, the shipped head compared, the 7B plan with "
-                                "`accelerate launch`",
+                                "with loss curves, the shipped head compared, a training explorer "
+                                "(each checkpoint's drafts, loss parts and chains along a held-out "
+                                "conversation), the 7B plan with `accelerate launch`",
     "04_draft_trees": "choices lists, the EAGLE-1 tree and its attention mask and positions, "
                       "EAGLE-2 growth step by step, an EAGLE-2 explorer on a real prompt "
                       "(budget, depth, top-k -> tree, mask, accepted path)",

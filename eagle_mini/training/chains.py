@@ -1,8 +1,9 @@
 """Draft chains run from every position at once, as decoding runs them (EAGLE §3.1, EAGLE-3 §3).
 
 Both training losses and the teacher-forced n-alpha read these: `unrolled_predictions` makes the
-chains, `chain_acceptance` counts how far they would be accepted, `loss_mask_positions` says which
-positions count and `reading_ids` which token each position reads.
+chains, `chain_acceptance` counts how far they would be accepted (`chain_outcomes`: position by
+position), `loss_mask_positions` says which positions count and `reading_ids` which token each
+position reads.
 
 Unrolled pass k attends over a cache of k + 1 blocks of n entries, but each query sees only the
 true entries 0..j-k of block 0 and one entry of each later block, its own chain. A dense mask
@@ -114,19 +115,14 @@ def unrolled_predictions(head, features, input_ids, steps: int = 4, dense: bool 
 
 
 @torch.no_grad()
-def chain_acceptance(head, features, input_ids, loss_mask, steps: int = 4,
-                     token_shift: int = 1, inputs=None) -> dict:
-    """n-alpha for n = 0..steps-1 (reference §6), teacher-forced on one sequence, as counts.
-
-    n-alpha = acceptance of the draft token at chain step n given that every earlier step was
-    accepted -- and that the text's token agrees with the target's choice there, so that the chain
-    is one greedy decoding would have followed. 0-alpha is top-1 accuracy against the target's
-    argmax. Returns {n: (accepted, tried)} so callers can pool sequences.
-    token_shift=0: a head that reads the unshifted token t_j at entry j (`reading_ids`); its chain
-    has the same labels and conditions, only the tokens it reads move (see `uncertainty.py`).
-    inputs: what the head reads where it is not the feature itself (an EAGLE-3 fused head's
-    normalized layers, `eagle3.head_inputs`); `features` still give the labels.
-    """
+def chain_outcomes(head, features, input_ids, loss_mask, steps: int = 4, token_shift: int = 1,
+                   inputs=None) -> dict:
+    """What `chain_acceptance` counts, position by position: `preds` (`unrolled_predictions`, a
+    list of `steps` tensors [T-1, H]), `target_next` [T-1] (the target's argmax from f_{j+1}, the
+    label of position j), `draft` [steps, T-1] (each step's draft token, target ids), `correct`
+    (draft == target_next) and `tried` [steps, T-1] (the chain reached step k at position j: an
+    assistant position whose ancestors were accepted and followed by the text). Arguments as
+    `chain_acceptance`'s."""
     f = features[0].float()
     target_next = (f[1:] @ head._shared["target_lm_head"].float().T).argmax(-1)  # target's t_{j+2}
     preds = unrolled_predictions(head, features if inputs is None else inputs,
@@ -135,15 +131,38 @@ def chain_acceptance(head, features, input_ids, loss_mask, steps: int = 4,
     n = f.shape[0] - 1
     agree = torch.zeros(n, dtype=torch.bool)
     agree[:-1] = tok[2:] == target_next[:-1]
-    counts, corrects = {}, []
+    drafts, corrects, tried = [], [], []
     for k, p in enumerate(preds):
-        correct = head.draft_to_target[head.draft_logits(p).argmax(-1)] == target_next
+        draft = head.draft_to_target[head.draft_logits(p).argmax(-1)]
+        correct = draft == target_next
         ok = loss_mask[0, 1:].bool().clone()
         for m in range(k):  # chain ancestor at j-k+m: accepted, and the text followed it
             idx = torch.arange(n) - k + m
             anc = torch.zeros(n, dtype=torch.bool)
             anc[idx >= 0] = corrects[m][idx[idx >= 0]] & agree[idx[idx >= 0]]
             ok &= anc
-        counts[k] = (int((correct & ok).sum()), int(ok.sum()))
+        drafts.append(draft)
         corrects.append(correct)
-    return counts
+        tried.append(ok)
+    return {"preds": preds, "target_next": target_next, "draft": torch.stack(drafts),
+            "correct": torch.stack(corrects), "tried": torch.stack(tried)}
+
+
+@torch.no_grad()
+def chain_acceptance(head, features, input_ids, loss_mask, steps: int = 4,
+                     token_shift: int = 1, inputs=None) -> dict:
+    """n-alpha for n = 0..steps-1 (reference §6), teacher-forced on one sequence, as counts.
+
+    n-alpha = acceptance of the draft token at chain step n given that every earlier step was
+    accepted -- and that the text's token agrees with the target's choice there, so that the chain
+    is one greedy decoding would have followed. 0-alpha is top-1 accuracy against the target's
+    argmax. Returns {n: (accepted, tried)} so callers can pool sequences (`chain_outcomes` gives
+    them per position).
+    token_shift=0: a head that reads the unshifted token t_j at entry j (`reading_ids`); its chain
+    has the same labels and conditions, only the tokens it reads move (see `uncertainty.py`).
+    inputs: what the head reads where it is not the feature itself (an EAGLE-3 fused head's
+    normalized layers, `eagle3.head_inputs`); `features` still give the labels.
+    """
+    out = chain_outcomes(head, features, input_ids, loss_mask, steps, token_shift, inputs)
+    return {k: (int((correct & ok).sum()), int(ok.sum()))
+            for k, (correct, ok) in enumerate(zip(out["correct"], out["tried"]))}
