@@ -357,9 +357,9 @@ def markdown_table(result) -> str:
     if stock:
         base = result.get("baseline") or baseline(result)
         best = max(base["speedups"], key=base["speedups"].get, default=None)
-        same = {True: "the same text as exact vanilla", False: (
-            f"{stock['identical_prompts']}/{result['n']} prompts the same text as exact vanilla"),
-            None: "samples"}[stock["equal_to_vanilla"]]
+        same = ("samples" if stock["equal_to_vanilla"] is None else
+                "the same text as exact vanilla" if stock["equal_to_vanilla"] else
+                f"{stock['identical_prompts']}/{result['n']} prompts the same text as exact vanilla")
         lines += ["", f"Vanilla on the stock forward (exact mode off), in the same run: "
                   f"{stock['tokens_per_second']:.1f} tok/s ({same}); exact vanilla runs at "
                   f"{1 / stock['speedup']:.2f}x its speed."
@@ -404,7 +404,8 @@ def calibration_bins(pairs, bins: int = 10) -> list[dict]:
 
 
 def save(result, out_dir) -> Path:
-    """JSON + Markdown + plots (speedup bars, tau distribution, EAGLE-2 calibration)."""
+    """JSON + Markdown + plots (speedup bars, tau distribution, EAGLE-2 calibration). `result` may
+    also be a saved bench.json read back: the files are made again from it."""
     from matplotlib.figure import Figure   # no pyplot: leaves a notebook's backend alone
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -434,7 +435,9 @@ def save(result, out_dir) -> Path:
     axes[1].set_ylabel("cycles")
     axes[1].set_title("distribution of tokens per cycle", fontsize=9)
     axes[1].legend(fontsize=8)
-    cal = calibration_bins(result["methods"].get(EAGLE2, {}).get("calibration") or [])
+    eagle2 = result["methods"].get(EAGLE2, {})   # pairs from a run, or the bins a saved file keeps
+    cal = calibration_bins(eagle2["calibration"]) if eagle2.get("calibration") else eagle2.get(
+        "calibration_bins", [])
     shown = [b for b in cal if b["count"] >= 5]
     if shown:
         axes[2].plot([(b["lo"] + b["hi"]) / 2 for b in shown],
