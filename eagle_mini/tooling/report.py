@@ -51,7 +51,8 @@ BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", "bench_smollm2-135m_cpu_bf16_mtb
            "bench_smollm2-135m_cpu_bf16_exact_mtbench_T0_vs_stock",
            "bench_smollm2-135m_cpu_humaneval_T0",
            "bench_smollm2-135m_cpu_bf16_exact_humaneval_T1",
-           "bench_smollm2-135m_cpu_sharegpt_T0")
+           "bench_smollm2-135m_cpu_sharegpt_T0",
+           "bench_smollm2-135m_cpu_bf16_exact_sharegpt_T1")
 # The papers' own figures, cited as theirs (EAGLE_REFERENCE.md §6).
 PAPER_HEAD = "top-1 about 0.78 and tau 3.94 for the paper's Vicuna-7B head (EAGLE, MT-bench, T=0)"
 NOTEBOOK_TOPICS = {
