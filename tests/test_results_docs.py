@@ -13,7 +13,7 @@ import pytest
 
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.tooling import report
-from eagle_mini.tooling.report import expected, fill, notebook_minutes, results_markdown
+from eagle_mini.tooling.report import expected, fill, notebook_minutes, notebook_run, results_markdown
 
 
 
@@ -73,6 +73,10 @@ def test_a_notebooks_run_time_is_read_from_its_cell_timestamps(tmp_path):
     assert notebook_minutes(tmp_path / "a.ipynb") == 3.0
     (tmp_path / "b.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}}]}))
     assert notebook_minutes(tmp_path / "b.ipynb") is None
+    assert notebook_run(tmp_path / "a.ipynb") == "3.0 min" and notebook_run(tmp_path / "b.ipynb") == "-"
+    nb["metadata"] = {"eagle_mini": {"scale": "classroom", "machine": {"cpu": "Some CPU"}}}
+    (tmp_path / "a.ipynb").write_text(json.dumps(nb))
+    assert notebook_run(tmp_path / "a.ipynb") == "3.0 min (Some CPU, classroom)"
 
 
 def test_without_a_rehearsal_file_the_section_says_how_to_make_one(tmp_path):

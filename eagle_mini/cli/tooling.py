@@ -1,5 +1,6 @@
 """Repository tooling: results-md, rehearse (and its own steps, rehearse-step), the course's
-assignments (release, grade), student-repo (what a class is given) and test-browser."""
+assignments (release, grade), student-repo (what a class is given), notebooks (run them in place)
+and test-browser."""
 import json
 from pathlib import Path
 
@@ -142,6 +143,24 @@ def cmd_student_repo(args):
           "checked: no solution, hidden test, predicted answer or instructor guide")
 
 
+def add_notebooks(sub):
+    from eagle_mini.course import SCALES
+    from eagle_mini.tooling.execute import TIMEOUT
+    n = sub.add_parser("notebooks", help="run the numbered notebooks in place, one at a time, "
+                                         "recording the scale, run time and machine in each")
+    n.add_argument("notebooks", nargs="*", type=Path,
+                   help="default: every numbered notebook in notebooks/, in order")
+    n.add_argument("--scale", default="classroom", choices=SCALES,
+                   help="EAGLE_MINI_SCALE of the run (classroom: the committed outputs)")
+    n.add_argument("--timeout", type=positive_int, default=TIMEOUT, help="seconds one cell may run")
+    n.set_defaults(handler=cmd_notebooks)
+
+
+def cmd_notebooks(args):
+    from eagle_mini.tooling.execute import execute_all
+    execute_all(args.notebooks, args.scale, args.timeout, command=command_line())
+
+
 def add_test_browser(sub):
     from eagle_mini.tooling.browser import OUT, TIMEOUT
     t = sub.add_parser("test-browser", help="every numbered notebook with widgets, run in "
@@ -160,5 +179,5 @@ def cmd_test_browser(args) -> int:
 
 def register(sub):
     for add in (add_results_md, add_rehearse, add_rehearse_step, add_assignments,
-                add_student_repo, add_test_browser):
+                add_student_repo, add_notebooks, add_test_browser):
         add(sub)
