@@ -5,7 +5,7 @@ notebooks time things), at `EAGLE_MINI_SCALE=classroom` unless told otherwise, w
 the working directory, and is written back in place with its outputs, execution counts, each cell's
 timestamps and its widgets' state. The notebook's metadata gains what the run was:
 
-    "eagle_mini": {"scale": "classroom", "minutes": 5.8, "machine": {...machine_info()...},
+    "eagle_mini": {"scale": ..., "minutes": ..., "machine": {...machine_info()...},
                    "command": "python -m eagle_mini notebooks ..."}
 
 so the README's run-time table (`python -m eagle_mini results-md`) can name the machine beside

@@ -743,7 +743,7 @@ def notebook_minutes(path: Path) -> float | None:
 
 
 def notebook_run(path: Path) -> str:
-    """"5.8 min, AMD EPYC (classroom)": the committed run's time, and the machine and scale that
+    """The committed run's minutes, then in brackets the CPU and scale that
     `python -m eagle_mini notebooks` recorded in its metadata (none for a run made otherwise)."""
     minutes = notebook_minutes(path)
     if minutes is None:
