@@ -46,3 +46,11 @@ def test_bad_input_is_a_one_line_error(tmp_path):
         execute(tmp_path / "x.ipynb")
     with pytest.raises(EagleMiniError, match="scale must be one of"):
         execute(notebook(tmp_path / "y.ipynb", "1"), scale="huge")
+
+
+def test_the_watchdog_nudges_an_idle_kernel_and_the_run_is_unchanged_by_it(tmp_path):
+    path = notebook(tmp_path / "02_c.ipynb", "import time; time.sleep(4); print('slept')", "print(6 * 7)")
+    run = execute(path, scale="ci", idle=1.0)
+    nb = json.loads(path.read_text())
+    assert ["".join(c["outputs"][0]["text"]) for c in nb["cells"]] == ["slept\n", "42\n"]
+    assert run["nudges"] >= 1 and nb["metadata"][KEY]["nudges"] == run["nudges"]

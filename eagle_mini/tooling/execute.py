@@ -6,15 +6,23 @@ the working directory, and is written back in place with its outputs, execution 
 timestamps and its widgets' state. The notebook's metadata gains what the run was:
 
     "eagle_mini": {"scale": ..., "minutes": ..., "machine": {...machine_info()...},
-                   "command": "python -m eagle_mini notebooks ..."}
+                   "command": "python -m eagle_mini notebooks ...", "nudges": ...}
 
 so the README's run-time table (`python -m eagle_mini results-md`) can name the machine beside
 each time. A cell that raises stops that notebook and leaves its file as it was.
+
+ipykernel 7 can strand a shell request unread until another message reaches the kernel's socket
+(ipython/ipykernel#1554; seen once here, on a run of notebook 03): the kernel sits idle and the
+cell never replies. A watchdog (`Nudger`) sends the kernel a `kernel_info` request from a second
+client whenever the kernel has used under 2% of a core for `IDLE` seconds, which wakes such a
+request; on a healthy run it costs nothing (our notebooks never sit idle that long), and the record
+counts the nudges sent.
 
     python -m eagle_mini notebooks                                 # what `make notebooks` runs
     python -m eagle_mini notebooks notebooks/04_draft_trees.ipynb --scale ci
 """
 import os
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,11 +34,58 @@ from eagle_mini.results import machine_info
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 1200          # seconds one cell may run
 KEY = "eagle_mini"      # the notebook metadata entry this writes
+IDLE = 90.0             # seconds of an idle kernel before the watchdog nudges it
 
 
-def numbered(root: Path = ROOT) -> list[Path]:
-    """The course's numbered notebooks, in order."""
-    return sorted((Path(root) / "notebooks").glob("[0-9]*.ipynb"))
+class Nudger(threading.Thread):
+    """Watches a running kernel; when it uses under 2% of a core for `idle` seconds, sends it a
+    `kernel_info` request from a client of its own (this thread's sockets only), then waits
+    another `idle` seconds before the next. `nudges` counts them."""
+
+    def __init__(self, km, idle: float = IDLE, every: float | None = None):
+        super().__init__(daemon=True)
+        self.km, self.idle = km, idle
+        self.every = every if every is not None else min(5.0, idle / 4)
+        self.nudges, self.stopped = 0, threading.Event()
+
+    def run(self):
+        import psutil   # ipykernel's own dependency
+        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
+        if pid is None:
+            return
+
+        def cpu():
+            times = process.cpu_times()
+            return times.user + times.system
+        try:
+            process = psutil.Process(pid)
+            mark = (cpu(), time.monotonic())
+            while not self.stopped.wait(self.every):
+                used, now = cpu(), time.monotonic()
+                if used - mark[0] > 0.05 + 0.02 * (now - mark[1]):   # busy: over 2% of a core
+                    mark = (used, now)
+                elif now - mark[1] >= self.idle:
+                    self.nudge()
+                    mark = (cpu(), time.monotonic())
+        except psutil.Error:   # the kernel is gone: nothing to watch
+            return
+
+    def nudge(self):
+        from queue import Empty
+
+        from jupyter_client import BlockingKernelClient
+        kc = BlockingKernelClient()   # its sockets belong to this thread alone
+        kc.load_connection_info(self.km.get_connection_info(session=True))
+        kc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        try:
+            kc.kernel_info()
+            self.nudges += 1
+            try:
+                kc.get_shell_msg(timeout=10)   # the reply, once the kernel is free
+            except Empty:
+                pass
+        finally:
+            kc.stop_channels()
 
 
 @contextmanager
@@ -47,7 +102,8 @@ def _scale(name: str):
             os.environ["EAGLE_MINI_SCALE"] = old
 
 
-def execute(path, scale: str = "classroom", timeout: int = TIMEOUT, command: str = "") -> dict:
+def execute(path, scale: str = "classroom", timeout: int = TIMEOUT, command: str = "",
+            idle: float = IDLE) -> dict:
     """Run one notebook in place; returns the run's record (also stored in its metadata)."""
     import nbformat
     from nbclient import NotebookClient
@@ -65,6 +121,13 @@ def execute(path, scale: str = "classroom", timeout: int = TIMEOUT, command: str
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
                             store_widget_state=True,
                             resources={"metadata": {"path": str(path.resolve().parent)}})
+    watchdog = {}
+
+    def watch(notebook):
+        watchdog["nudger"] = Nudger(client.km, idle)
+        watchdog["nudger"].start()
+
+    client.on_notebook_start = watch
     start = time.perf_counter()
     with _scale(scale):
         try:
@@ -74,8 +137,13 @@ def execute(path, scale: str = "classroom", timeout: int = TIMEOUT, command: str
         except CellExecutionError as e:
             last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             raise EagleMiniError(f"{path}: a cell raised ({last}); the file is unchanged") from None
+        finally:
+            if "nudger" in watchdog:
+                watchdog["nudger"].stopped.set()
+                watchdog["nudger"].join()
     run = {"scale": scale, "minutes": round((time.perf_counter() - start) / 60, 2),
-           "machine": machine_info(), "command": command}
+           "machine": machine_info(), "command": command,
+           "nudges": watchdog["nudger"].nudges if "nudger" in watchdog else 0}
     nb.metadata[KEY] = run
     nbformat.write(nb, path)
     return run
@@ -90,6 +158,7 @@ def execute_all(paths=None, scale: str = "classroom", timeout: int = TIMEOUT, co
     runs = {}
     for path in paths:
         runs[path] = execute(path, scale, timeout, command)
-        report(f"{path}: {runs[path]['minutes']:.1f} min at {scale} scale "
-               f"({runs[path]['machine']['cpu']})")
+        run = runs[path]
+        report(f"{path}: {run['minutes']:.1f} min at {scale} scale ({run['machine']['cpu']})"
+               + (f"; the kernel sat idle and was nudged {run['nudges']} time(s)" if run["nudges"] else ""))
     return runs
