@@ -508,8 +508,12 @@ def bench_section(f: Files) -> list[str]:
     out = ["## Speed on this CPU (`bench`)", "",
            "Methods interleaved prompt by prompt in one run; speedups are ratios within that run. "
            "`predicted` is the cost model tau / (c(N)/c(1) + draft cost) from the curve measured "
-           "in the same run. Each run names the head it used, and whether that is the EAGLE-1 "
-           "head shipped now.", ""]
+           "in the same run. `draft/verify/other` splits an EAGLE method's time: drafting (and the "
+           "head's re-run over accepted tokens), the verify forwards with the acceptance walk and "
+           "cache compaction, and the rest, which is mostly the prefill (the target and the head "
+           "over the prompt), so it grows with the prompt: long ShareGPT prompts give it a larger "
+           "share. Each run names the head it used, and whether that is the EAGLE-1 head shipped "
+           "now.", ""]
     for name in BENCHES:
         r = f.json(f"{name}/bench.json")
         current = uses_shipped_head(f, r)
