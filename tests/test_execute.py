@@ -54,3 +54,13 @@ def test_the_watchdog_nudges_an_idle_kernel_and_the_run_is_unchanged_by_it(tmp_p
     nb = json.loads(path.read_text())
     assert ["".join(c["outputs"][0]["text"]) for c in nb["cells"]] == ["slept\n", "42\n"]
     assert run["nudges"] >= 1 and nb["metadata"][KEY]["nudges"] == run["nudges"]
+
+
+def test_with_no_paths_every_numbered_notebook_runs_in_course_order(monkeypatch):
+    from eagle_mini.course.assignments import numbered_notebooks
+    from eagle_mini.tooling import execute as module
+    ran = []
+    monkeypatch.setattr(module, "execute", lambda path, *args: ran.append(path) or {
+        "minutes": 0.0, "machine": {"cpu": "x"}, "nudges": 0})
+    execute_all(report=lambda line: None)
+    assert ran == list(numbered_notebooks().values()) and len(ran) == 9

@@ -70,9 +70,9 @@ def test_a_notebooks_run_time_is_read_from_its_cell_timestamps(tmp_path):
                     cell("2026-01-01T10:00:00.0Z", "2026-01-01T10:00:30.0Z"),
                     cell("2026-01-01T10:01:00.0Z", "2026-01-01T10:03:00.0Z")]}
     (tmp_path / "a.ipynb").write_text(json.dumps(nb))
-    assert notebook_minutes(tmp_path / "a.ipynb") == 3.0
+    assert notebook_minutes(nb) == 3.0
     (tmp_path / "b.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}}]}))
-    assert notebook_minutes(tmp_path / "b.ipynb") is None
+    assert notebook_minutes({"cells": [{"cell_type": "code", "metadata": {}}]}) is None
     assert notebook_run(tmp_path / "a.ipynb") == "3.0 min" and notebook_run(tmp_path / "b.ipynb") == "-"
     nb["metadata"] = {"eagle_mini": {"scale": "classroom", "machine": {"cpu": "Some CPU"}}}
     (tmp_path / "a.ipynb").write_text(json.dumps(nb))

@@ -24,14 +24,13 @@ counts the nudges sent.
 import os
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from eagle_mini.course import SCALES
+from eagle_mini.course.assignments import numbered_notebooks
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.results import machine_info
 
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 1200          # seconds one cell may run
 KEY = "eagle_mini"      # the notebook metadata entry this writes
 IDLE = 90.0             # seconds of an idle kernel before the watchdog nudges it
@@ -42,14 +41,15 @@ class Nudger(threading.Thread):
     `kernel_info` request from a client of its own (this thread's sockets only), then waits
     another `idle` seconds before the next. `nudges` counts them."""
 
-    def __init__(self, km, idle: float = IDLE, every: float | None = None):
+    def __init__(self, client, idle: float = IDLE, every: float | None = None):
         super().__init__(daemon=True)
-        self.km, self.idle = km, idle
+        self.client, self.idle = client, idle
         self.every = every if every is not None else min(5.0, idle / 4)
         self.nudges, self.stopped = 0, threading.Event()
 
     def run(self):
         import psutil   # ipykernel's own dependency
+        self.km = self.client.km   # started by now: `execute` starts this thread once it is up
         pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
         if pid is None:
             return
@@ -88,20 +88,6 @@ class Nudger(threading.Thread):
             kc.stop_channels()
 
 
-@contextmanager
-def _scale(name: str):
-    """`EAGLE_MINI_SCALE` for the kernels started inside (they inherit this process's environment)."""
-    old = os.environ.get("EAGLE_MINI_SCALE")
-    os.environ["EAGLE_MINI_SCALE"] = name
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("EAGLE_MINI_SCALE", None)
-        else:
-            os.environ["EAGLE_MINI_SCALE"] = old
-
-
 def execute(path, scale: str = "classroom", timeout: int = TIMEOUT, command: str = "",
             idle: float = IDLE) -> dict:
     """Run one notebook in place; returns the run's record (also stored in its metadata)."""
@@ -121,29 +107,22 @@ def execute(path, scale: str = "classroom", timeout: int = TIMEOUT, command: str
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
                             store_widget_state=True,
                             resources={"metadata": {"path": str(path.resolve().parent)}})
-    watchdog = {}
-
-    def watch(notebook):
-        watchdog["nudger"] = Nudger(client.km, idle)
-        watchdog["nudger"].start()
-
-    client.on_notebook_start = watch
+    nudger = Nudger(client, idle)
+    client.on_notebook_start = lambda notebook: nudger.start()
     start = time.perf_counter()
-    with _scale(scale):
-        try:
-            client.execute()
-        except CellTimeoutError:
-            raise EagleMiniError(f"{path}: a cell ran past {timeout} s; the file is unchanged") from None
-        except CellExecutionError as e:
-            last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-            raise EagleMiniError(f"{path}: a cell raised ({last}); the file is unchanged") from None
-        finally:
-            if "nudger" in watchdog:
-                watchdog["nudger"].stopped.set()
-                watchdog["nudger"].join()
+    try:
+        client.execute(env={**os.environ, "EAGLE_MINI_SCALE": scale})   # the kernel's environment
+    except CellTimeoutError:
+        raise EagleMiniError(f"{path}: a cell ran past {timeout} s; the file is unchanged") from None
+    except CellExecutionError as e:
+        last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise EagleMiniError(f"{path}: a cell raised ({last}); the file is unchanged") from None
+    finally:
+        if nudger.is_alive():
+            nudger.stopped.set()
+            nudger.join()
     run = {"scale": scale, "minutes": round((time.perf_counter() - start) / 60, 2),
-           "machine": machine_info(), "command": command,
-           "nudges": watchdog["nudger"].nudges if "nudger" in watchdog else 0}
+           "machine": machine_info(), "command": command, "nudges": nudger.nudges}
     nb.metadata[KEY] = run
     nbformat.write(nb, path)
     return run
@@ -152,7 +131,7 @@ def execute(path, scale: str = "classroom", timeout: int = TIMEOUT, command: str
 def execute_all(paths=None, scale: str = "classroom", timeout: int = TIMEOUT, command: str = "",
                 report=print) -> dict[Path, dict]:
     """Run each notebook in turn (default: every numbered one); stops at the first that fails."""
-    paths = [Path(p) for p in paths] if paths else numbered()
+    paths = [Path(p) for p in paths] if paths else list(numbered_notebooks().values())
     if not paths:
         raise EagleMiniError("no notebooks to run")
     runs = {}

@@ -733,10 +733,10 @@ def kernel_rows(f: Files) -> list[list[str]]:
     return rows
 
 
-def notebook_minutes(path: Path) -> float | None:
-    """Wall time of the committed run: first cell's start to last cell's reply (nbclient's
-    `execution` timestamps); None if the notebook carries none."""
-    stamps = [c["metadata"]["execution"] for c in json.loads(path.read_text())["cells"]
+def notebook_minutes(nb: dict) -> float | None:
+    """Wall time of a notebook's committed run (its parsed JSON): first cell's start to last
+    cell's reply (nbclient's `execution` timestamps); None if the notebook carries none."""
+    stamps = [c["metadata"]["execution"] for c in nb["cells"]
               if c["cell_type"] == "code" and "execution" in c.get("metadata", {})]
     if not stamps:
         return None
@@ -749,10 +749,11 @@ def notebook_minutes(path: Path) -> float | None:
 def notebook_run(path: Path) -> str:
     """The committed run's minutes, then in brackets the CPU and scale that
     `python -m eagle_mini notebooks` recorded in its metadata (none for a run made otherwise)."""
-    minutes = notebook_minutes(path)
+    nb = json.loads(path.read_text())
+    minutes = notebook_minutes(nb)
     if minutes is None:
         return "-"
-    run = json.loads(path.read_text()).get("metadata", {}).get("eagle_mini", {})
+    run = nb.get("metadata", {}).get("eagle_mini", {})
     where = ", ".join(x for x in (run.get("machine", {}).get("cpu"), run.get("scale")) if x)
     return f"{minutes:.1f} min" + (f" ({where})" if where else "")
 
