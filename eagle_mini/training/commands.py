@@ -274,12 +274,14 @@ def write_card(out: Path, target_name: str, head, meta: dict) -> None:
     """README.md of a head: what it is, every training round with its command and metrics."""
     params = sum(p.numel() for p in head.parameters() if p.requires_grad)
     if head_kind(head) == EAGLE3_KIND:
+        # No parameter count: notebook 08 asks the learner to predict it, and a class's repository
+        # (`make student-repo`) ships this card.
         own = ("an lm_head frozen at the target's rows (`--lm-head-init frozen`)"
                if head.lm_head_frozen else "its own lm_head")
         what = (f"# EAGLE-3 draft head for {target_name}", f"fc 3H -> H over the hidden states "
                 f"entering layers {', '.join(map(str, head.aux_layers))}, one decoder layer with "
-                f"2H attention input, final norm and {own} ({params:,} trainable "
-                f"parameters), draft vocabulary {head.draft_vocab_size:,} tokens. Weights: bf16 "
+                f"2H attention input, final norm and {own}, "
+                f"draft vocabulary {head.draft_vocab_size:,} tokens. Weights: bf16 "
                 "`model.safetensors` (`python -m eagle_mini export --format eagle3` writes the "
                 "authors' layout).")
     else:
