@@ -12,7 +12,7 @@ import pytest
 
 from eagle_mini.cli import main
 from eagle_mini.course.assignments import RELEASE, SOURCE, STUDENT
-from eagle_mini.course.autograde import grade
+from eagle_mini.course.autograde import _failed_assert, grade
 
 NOTEBOOK = SOURCE / "greedy_verification" / "greedy_verification.ipynb"
 
@@ -317,6 +317,40 @@ def test_a_solution_in_a_cell_without_marks_still_counts(graded):
 def test_a_wrong_solution_loses_its_exercise(graded):
     g = graded["mutant"]
     assert g.scores[MUTANT[4]][0] == 0 and g.total == (2, 5), g.report()
+
+
+def test_a_failed_hidden_test_is_reported_by_its_assert_not_its_data(graded):
+    """The report shows the hidden test's assert that failed, which is in the graded cell's source,
+    and none of the inputs or results its message carries."""
+    error = graded["mutant"].errors[MUTANT[4]]
+    test = re.fullmatch(r"AssertionError: `([^`]+)` failed", error)
+    assert test, error
+    cell = next(c for c in source(MUTANT[0])["cells"] if gid(c) == MUTANT[4])
+    hidden = "".join(cell["source"]).split("### BEGIN HIDDEN TESTS")[1]
+    assert f"assert {test.group(1)}," in hidden
+    assert f"  {MUTANT[4]}" in graded["mutant"].report() and error in graded["mutant"].report()
+
+
+def failing(code: str) -> str:
+    """What grading reports for a cell `code` that raises."""
+    name = "<grading cell 3>"
+    try:
+        exec(compile(code, name, "exec"), {})
+    except BaseException as e:
+        return _failed_assert(e, code, name)
+    raise AssertionError("the cell did not raise")
+
+
+def test_an_asserts_test_and_text_message_are_reported_and_data_is_not():
+    data = "import torch\ng, e = torch.arange(5), torch.zeros(5)\n"
+    assert failing(data + "assert torch.equal(g,\n             e), (g, e)\n") == \
+        "AssertionError: `torch.equal(g, e)` failed"
+    assert failing(data + "assert g.sum() == 0, 'inputs changed'\n") == \
+        "AssertionError: `g.sum() == 0` failed: inputs changed"
+    called = "def check(x):\n    assert x > 1, [x] * 50\n\nfor x in (2, 1):\n    check(x)\n"
+    assert failing(called) == "AssertionError: `x > 1` failed"
+    assert failing("raise AssertionError((1, 2))\n") == ""   # no assert: the exception's own text
+    assert failing("x = 1 / 0\n") == ""
 
 
 def test_a_renamed_function_is_named_in_the_report(graded):

@@ -302,17 +302,40 @@ def _describe(error: BaseException) -> str:
     return f"{kind.__name__}: {message}".strip().splitlines()[0][:RESULT_BYTES // 2]
 
 
+def _failed_assert(error: BaseException, text: str, filename: str) -> str:
+    """"AssertionError: `test` failed" for an assert of the cell `text` (compiled as `filename`)
+    that failed, with its message when that is text; '' for any other error. A hidden test's
+    message is its inputs and results, data that says less than the assert it failed."""
+    if type(error) is not AssertionError:
+        return ""
+    tb, line = error.__traceback__, None
+    while tb is not None:  # the cell's last line on the way to the error
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    asserts = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Assert)
+               and node.lineno <= (line or 0) <= node.end_lineno]
+    if not asserts:
+        return ""
+    test = " ".join(ast.get_source_segment(text, asserts[-1].test).split())
+    args = vars(BaseException)["args"].__get__(error, AssertionError)
+    said = f": {args[0]}" if len(args) == 1 and type(args[0]) is str else ""
+    return f"AssertionError: `{test}` failed{said}".splitlines()[0][:RESULT_BYTES // 2]
+
+
 def _execute(cells: list[str]) -> str | None:
-    """Run the cells in a fresh `__main__` namespace -> the last cell's error, or None."""
+    """Run the cells in a fresh `__main__` namespace -> the last cell's error, or None; an assert
+    of the cell itself that failed is reported by its test (`_failed_assert`)."""
     module = types.ModuleType("__main__")
     sys.modules["__main__"] = module
     error = None
     for i, text in enumerate(cells):
+        filename = f"<grading cell {i}>"
         try:
-            exec(compile(text, f"<grading cell {i}>", "exec"), module.__dict__)
+            exec(compile(text, filename, "exec"), module.__dict__)
             error = None
         except BaseException as e:  # a submission's error, whatever its kind, fails the cell
-            error = _describe(e)
+            error = _failed_assert(e, text, filename) or _describe(e)
     return error
 
 
