@@ -110,9 +110,8 @@ NUMBER = re.compile(r"\d[\d,]*(\.\d+)?")
 
 def telling(phrase: str) -> bool:
     """Whether finding `phrase` in a file gives an answer away, not a coincidence: a number with
-    at least 4 significant digits (shorter ones, such as 0.45 or 30, recur in any table of
-    measurements), or text of at least 3 words. Markdown emphasis and a trailing `x` or `%` do not
-    count.
+    at least 4 significant digits (shorter ones recur in any table of measurements), or text of
+    at least 3 words. Markdown emphasis and a trailing `x` or `%` do not count.
 
     >>> [telling(p) for p in ("1,234,567", "**1.25**", "3.5x", "half a day", "(b)")]
     [True, False, False, True, False]
