@@ -14,7 +14,8 @@ which a class's repository does not ship.
 from dataclasses import dataclass
 
 # What `why` says where the reasoning is not shipped (a class's repository).
-WITHHELD = "the reasoning is left for the class to discuss (this copy of the course does not ship it)."
+WITHHELD = ("the reasoning is left for the class to discuss (this copy of the course does not "
+            "ship it).")
 
 
 def why(question: str) -> str:

@@ -144,7 +144,8 @@ def answers(root: Path = ROOT) -> list[Answer]:
     found = []
     for name, path in numbered_notebooks(root / NOTEBOOKS.relative_to(ROOT)).items():
         cells = json.loads(path.read_text())["cells"]
-        tagged = [k for k, c in enumerate(cells) if PREDICT_TAG in c.get("metadata", {}).get("tags", [])]
+        tagged = [k for k, c in enumerate(cells)
+                  if PREDICT_TAG in c.get("metadata", {}).get("tags", [])]
         for i, cell in enumerate(cells):
             phrases = cell.get("metadata", {}).get("eagle_mini", {}).get("answer") or []
             shown = next((k for k in tagged if k > i), len(cells))
@@ -275,9 +276,9 @@ def makefile(root: Path = ROOT) -> str:
     return ("# eagle_mini, the course.\n"
             "#   make setup - create .venv, install the pinned packages and the course assets\n"
             "#   make lab   - JupyterLab on the notebooks\n"
-            "#   make demo  - vanilla decoding against EAGLE-2 on the embedded target (sets up first)\n"
-            "#   make gpu-setup - on Colab or a CUDA machine: the same versions with a CUDA torch,\n"
-            "#                    into the current Python environment (no venv), and the course assets\n"
+            "#   make demo  - vanilla decoding against EAGLE-2 on the embedded target\n"
+            "#   make gpu-setup - on Colab or a CUDA machine: the same versions with a CUDA\n"
+            "#                    torch, into the current Python (no venv), and the course assets\n"
             + "\n".join(variables) + "\n\n.PHONY: " + " ".join(phony) + " lab\n\n"
             + _block(ours, f"define {ASSET_MACRO}") + "\n"
             + "\n".join(_block(ours, f"{r}:") for r in MAKE_RULES)
