@@ -3,6 +3,10 @@
 Every file the package writes with measured numbers goes through `results_json`, so no NaN (which
 JSON cannot spell) reaches a file; every measurement records `machine_info` beside it, since the
 CPU changes between sessions and a speedup means nothing without its machine.
+
+Where a measurement goes: `runs/` (never committed) unless the command is told otherwise
+(`default_out`). The committed results in `data/results/` feed the README, RESULTS.md and the
+notebooks, so replacing one takes an explicit `--out data/results/...` (`writing_command`).
 """
 import json
 import math
@@ -10,6 +14,9 @@ import platform
 from pathlib import Path
 
 import torch
+
+RUNS = Path("runs")                  # measuring commands' output by default (gitignored)
+COMMITTED = Path("data/results")     # the committed results: written only when named by --out
 
 
 # CPU features that decide which kernels are fast: without avx512_bf16 or amx_bf16 a bf16 matmul
@@ -67,3 +74,25 @@ def results_json(value, indent: int = 2) -> str:
             return [clean(x) for x in v]
         return v
     return json.dumps(clean(value), indent=indent, allow_nan=False) + "\n"
+
+
+def default_out(name: str) -> Path:
+    """Where a measuring command writes `name` when no `--out` is given: under `runs/`, never over
+    the committed result of the same name (`data/results/<name>`), which only `--out` replaces.
+
+        >>> str(default_out("check_lossless.json"))
+        'runs/check_lossless.json'
+    """
+    return RUNS / name
+
+
+def writing_command(command: str, out) -> str:
+    """`command` with the `--out` that writes `out` made explicit: the command that makes that file
+    now (without `--out` a measuring command writes under `runs/`, `default_out`).
+
+        >>> writing_command("python -m eagle_mini check-lossless --n 20", "data/results/check_lossless.json")
+        'python -m eagle_mini check-lossless --n 20 --out data/results/check_lossless.json'
+        >>> writing_command("python -m eagle_mini eval-head --out x.json", "x.json")
+        'python -m eagle_mini eval-head --out x.json'
+    """
+    return command if "--out" in command.split() else f"{command} --out {out}"

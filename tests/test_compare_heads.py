@@ -3,11 +3,14 @@ ratios worked by hand, and the command refuses results that do not pair."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from eagle_mini import EagleMiniError
 from eagle_mini.measure.evaluate import compare_heads
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def result(counts, tokens, tree="eagle2", kind="eagle1"):
@@ -45,9 +48,46 @@ def test_results_that_do_not_pair_are_refused():
     with pytest.raises(EagleMiniError, match="tree"):
         compare_heads(result([[1, 1]], 1), result([[1, 1]], 1, tree="dynamic:60,6,10"))
     old = result([[1, 1]], 1)
-    del old["mtbench"]["tau_counts_per_prompt"]
+    del old["mtbench"]["tau_counts_per_prompt"]   # and no tau per prompt to derive them from
     with pytest.raises(EagleMiniError, match="tau_counts_per_prompt"):
         compare_heads(old, result([[1, 1]], 1))
+    with pytest.raises(EagleMiniError, match="tau_counts_per_prompt"):
+        compare_heads(old, old)
+
+
+COMMITTED = ROOT / "data" / "results"
+
+
+def without_counts(doc):
+    """An eval-head result as written before it recorded tau's counts per prompt."""
+    return {**doc, "mtbench": {k: v for k, v in doc["mtbench"].items() if k != "tau_counts_per_prompt"}}
+
+
+def test_counts_derived_from_tau_per_prompt_are_the_recorded_ones():
+    """Greedy EAGLE emits vanilla's tokens with any head: another result's accepted tokens and this
+    one's tau per prompt give back exactly the counts it recorded, for every committed pair."""
+    from eagle_mini.measure.evaluate import derived_counts
+    docs = [json.loads(p.read_text()) for p in sorted(COMMITTED.glob("eval_head_*.json"))]
+    counted = [d for d in docs if "tau_counts_per_prompt" in d["mtbench"] and d["mtbench"]["prompts"] == 80]
+    assert len(counted) >= 3
+    for doc, other in zip(counted, counted[1:] + counted[:1]):
+        accepted = [a for a, _ in other["mtbench"]["tau_counts_per_prompt"]]
+        assert derived_counts(without_counts(doc), accepted) == doc["mtbench"]["tau_counts_per_prompt"]
+        shorter = [a - 1 if a else a for a in accepted]   # another length: the checks refuse it
+        assert derived_counts(without_counts(doc), shorter) is None
+
+
+def test_cli_compares_the_shipped_heads_committed_evals():
+    """The shipped EAGLE-1 head's eval predates the counts; compare-heads still reads it."""
+    shipped, eagle3 = COMMITTED / "eval_head_smollm2-135m.json", COMMITTED / "eval_head_smollm2-135m_eagle3.json"
+    assert "tau_counts_per_prompt" not in json.loads(shipped.read_text())["mtbench"]
+    run = subprocess.run([sys.executable, "-m", "eagle_mini", "compare-heads", str(shipped), str(eagle3)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("tau B - A = ") and "80 prompts" in run.stdout
+    assert "derived" in run.stderr and "training tokens B/A 0." in run.stdout
+    a, b = (json.loads(p.read_text())["mtbench"]["tau"] for p in (shipped, eagle3))
+    assert f"tau B - A = {b - a:+.3f}" in run.stdout   # the pooled taus the files record
 
 
 def test_cli_writes_the_comparison_and_fails_in_one_line(tmp_path):

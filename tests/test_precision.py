@@ -64,17 +64,22 @@ def test_a_reduced_matmul_precision_is_offered_only_with_its_own_lossless_check(
         line = precision.set_matmul_precision("medium", root=tmp_path)
         assert "NOT CHECKED" in line and "--matmul-precision medium" in line
         assert machine_info()["fp32_matmul_precision"] == "medium"
-        path = tmp_path / precision.lossless_file("medium")
-        path.parent.mkdir(parents=True)
         rows = [{"prompt": i, "vanilla_tokens": 8, "eagle2": {"identical": i != 1, "tau": 2.0}}
                 for i in range(3)]
-        path.write_text(json.dumps({"rows": rows, "machine": {"cpu": "Some CPU"}}))
+        committed = tmp_path / "data" / "results" / precision.lossless_file("medium")
+        committed.parent.mkdir(parents=True)
+        committed.write_text(json.dumps({"rows": rows, "machine": {"cpu": "Some CPU"}}))
         line = precision.set_matmul_precision("medium", root=tmp_path)
         assert "2 of 3 prompts identical" in line and "Some CPU" in line
+        own = tmp_path / "runs" / precision.lossless_file("medium")   # check-lossless's default
+        own.parent.mkdir(parents=True)
+        own.write_text(json.dumps({"rows": rows[:1], "machine": {"cpu": "This CPU"}}))
+        line = precision.set_matmul_precision("medium", root=tmp_path)   # this machine's own first
+        assert "1 of 1 prompts identical" in line and "This CPU" in line and "runs/" in line
         with pytest.raises(EagleMiniError, match="unknown matmul precision"):
             precision.set_matmul_precision("low")
     finally:
         torch.set_float32_matmul_precision("highest")
     assert precision.set_matmul_precision("highest").endswith("exact")
     assert "fp32_matmul_precision" not in machine_info()
-    assert precision.lossless_file("highest") == "data/results/check_lossless.json"
+    assert precision.lossless_file("highest") == "check_lossless.json"

@@ -2,6 +2,7 @@
 with SmolLM2's tokenizer, each step measured alone, a resumed head equal to an uninterrupted one,
 and a rerun that rebuilds and reruns nothing."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -93,10 +94,10 @@ def test_a_head_trains_on_fp32_master_weights_on_a_bf16_target(kind):
     assert (weight.detach() != before).float().mean() > 0.9
 
 
-def rehearse(*args):
+def rehearse(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "eagle_mini", "rehearse", "--config", "tiny",
-                           "--threads", "1", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=900)
+                           "--threads", "1", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def test_the_tiny_rehearsal_runs_every_step_and_a_rerun_runs_none(tmp_path):
@@ -152,9 +153,11 @@ def test_the_tiny_rehearsal_runs_every_step_and_a_rerun_runs_none(tmp_path):
     assert len(r["cost_curve"]["head_median_ms"]) == 7
 
     stamp = (run / "model" / "model.safetensors").stat().st_mtime_ns
-    again = rehearse("--dir", str(run), "--out", str(out))
+    # the same command again, without --out: nothing reruns, and its result goes under runs/
+    again = rehearse("--dir", str(run), cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    r2 = json.loads(out.read_text())
+    r2 = json.loads((tmp_path / "runs" / "rehearsal_tiny.json").read_text())
+    assert not (tmp_path / "data").exists()
     assert r2["ran_now"] == [] and (run / "model" / "model.safetensors").stat().st_mtime_ns == stamp
     assert {k: s["seconds"] for k, s in r2["steps"].items()} == {
         k: s["seconds"] for k, s in r["steps"].items()}

@@ -6,6 +6,7 @@ regenerate both from `data/results/` and `data/heads/` and compare. A failure me
 command and commit what it writes.
 """
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -29,13 +30,18 @@ def test_committed_results_md_and_readme_blocks_are_what_the_results_files_produ
             f"{path.name} is out of date: run `python -m eagle_mini results-md` and commit it"
 
 
-def test_every_measured_figure_names_its_file_and_command(root):
+def test_every_measured_figure_names_its_file_and_the_command_that_writes_it(root):
+    """The file's own command, with the `--out` that writes it there made explicit: a measuring
+    command writes under runs/ unless told otherwise."""
     text = results_markdown(root)
     for name in (report.COST, report.COST_BF16, report.EVAL, report.EVAL_PAPER_TREE,
                  report.LOSSLESS, report.ABLATION, report.REHEARSAL,
                  *(f"{b}/bench.json" for b in report.BENCHES)):
         doc = json.loads((root / report.RESULTS / name).read_text())
-        assert f"`{report.RESULTS}/{name}`, made by `{doc['command']}`" in text, name
+        out = f"{report.RESULTS}/{name}".removesuffix("/bench.json")
+        command = re.search(rf"`{re.escape(report.RESULTS)}/{re.escape(name)}`, made by `([^`]*)`", text)
+        assert command and command[1].startswith(doc["command"]), name
+        assert f" --out {out}" in command[1] and command[1].count("--out") == 1, name
     assert "generated:results" in (root / "README.md").read_text()
 
 

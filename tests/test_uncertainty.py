@@ -322,4 +322,5 @@ def test_branch_features_and_predictions_equal_running_each_branch_alone(target)
 def test_cli_sizes_and_knobs():
     args = build_parser().parse_args(["experiment", "uncertainty", "--size", "ci", "--epochs", "3"])
     cfg = config_for(args.size, **ablation_knobs(args))
-    assert cfg.epochs == 3 and cfg.max_len == 256 and args.out == "data/results/uncertainty.json"
+    assert cfg.epochs == 3 and cfg.max_len == 256
+    assert args.out is None and args.keep is None   # runs/uncertainty.json, no keep: results.default_out

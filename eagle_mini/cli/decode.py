@@ -7,6 +7,7 @@ from pathlib import Path
 from eagle_mini.cli.common import (add_decode_target_args, add_head_args, command_line, fmt, head_for,
                                    load, positive_int, refuse_ignored, tree_arg)
 from eagle_mini.errors import EagleMiniError
+from eagle_mini.results import default_out
 
 
 def add_generate(sub):
@@ -80,7 +81,8 @@ def add_profile_target(sub):
     p.add_argument("--compare-exact", action="store_true",
                    help="on an exact target, also time the stock forward in the same run, rounds "
                         "interleaved: what exactness costs")
-    p.add_argument("--out", default=None, help="JSON path (default data/results/cost_curve_<model>.json)")
+    p.add_argument("--out", default=None, help="JSON path (default runs/cost_curve_<model>_<device>"
+                                               ".json; a committed result only by naming it here)")
     p.add_argument("--by-op", action="store_true",
                    help="instead: where a forward of 1, 2 and 16 tokens spends its time, per op "
                         "family (torch profiler), and what grows from 1 to 2 tokens")
@@ -106,7 +108,7 @@ def cmd_profile_target(args):
                        compare_exact=args.compare_exact)
     curve["command"] = command_line()
     safe = args.model.replace("/", "_").replace(":", "_")
-    out = Path(args.out or f"data/results/cost_curve_{safe}_{args.device}.json")
+    out = Path(args.out or default_out(f"cost_curve_{safe}_{args.device}.json"))
     json_path, png = save_curve(curve, out)
     heads = curve["head_median_ms"] or [None] * len(curve["ns"])
     stock = curve.get("stock", {}).get("relative") or [None] * len(curve["ns"])
@@ -242,11 +244,12 @@ def add_check_lossless(sub):
     c.add_argument("--n", type=positive_int, default=20, help="number of MT-bench prompts")
     c.add_argument("--max-new-tokens", type=positive_int, default=64)
     c.add_argument("--methods", default="eagle,eagle2")
-    c.add_argument("--out", default=None, help="JSON path (default data/results/check_lossless"
-                                                  ".json; with --matmul-precision high or medium, "
+    c.add_argument("--out", default=None, help="JSON path (default runs/check_lossless.json; with "
+                                                  "--matmul-precision high or medium, "
                                                   "check_lossless_matmul_<precision>.json; with "
                                                   "--dtype bf16, check_lossless_bf16_exact.json, "
-                                                  "or _stock with --exact off)")
+                                                  "or _stock with --exact off; a committed result "
+                                                  "only by naming it here)")
     c.set_defaults(handler=cmd_check_lossless)
 
 
@@ -266,7 +269,7 @@ def cmd_check_lossless(args):
     if args.dtype != "fp32":   # a reduced-precision check never replaces the fp32 reference file
         exact = "exact" if (getattr(target, "exact", None) and target.exact.exact) else "stock"
         default = default.replace(".json", f"_{args.dtype}_{exact}.json")
-    out = Path(args.out or default)
+    out = Path(args.out or default_out(default))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_json(result))
     print(f"all identical: {result['all_identical']}; wrote {out}")
@@ -290,7 +293,9 @@ def add_bench(sub):
     b.add_argument("--curve-rounds", type=positive_int, default=4,
                    help="measure the cost curve in this many rounds spread over the run (the "
                         "first before the prompts), pooled for the predictions")
-    b.add_argument("--out", default=None, help="output folder (default data/results/bench_...)")
+    b.add_argument("--out", default=None, help="output folder (default runs/bench_<model>_<device>_"
+                                               "<dataset>_T<temperature>; a committed result only "
+                                               "by naming it here)")
     b.set_defaults(handler=cmd_bench)
 
 
@@ -306,7 +311,7 @@ def cmd_bench(args):
                    curve_repeats=3 if args.quick else 5, curve_rounds=args.curve_rounds)
     result["command"] = command_line()
     name = f"bench_{args.model.replace('/', '_')}_{args.device}_{args.dataset}_T{args.temperature:g}"
-    out = save(result, Path(args.out or Path("data/results") / (name + ("_quick" if args.quick else ""))))
+    out = save(result, Path(args.out or default_out(name + ("_quick" if args.quick else ""))))
     print(markdown_table(result))
     print(f"wrote {out}/bench.json, bench.md, bench.png")
 

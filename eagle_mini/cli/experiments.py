@@ -3,6 +3,7 @@ import sys
 from pathlib import Path
 
 from eagle_mini.cli.common import add_target_args, command_line, fmt, head_for, load, positive_int
+from eagle_mini.results import default_out
 
 # `experiment uncertainty`'s knobs: `AblationConfig` fields; None (the default) keeps the size's.
 ABLATION_KNOBS = (("--train-tokens", positive_int), ("--val-tokens", positive_int),
@@ -26,7 +27,8 @@ def add_measure_acceptance(sub):
                    help="ShareGPT test conversations for n-alpha")
     a.add_argument("--max-len", type=positive_int, default=1024)
     a.add_argument("--out", default=None,
-                   help="JSON path (default data/results/acceptance_<model>.json)")
+                   help="JSON path (default runs/acceptance_<model>.json; a committed result "
+                        "only by naming it here)")
     a.set_defaults(handler=cmd_measure_acceptance)
 
 
@@ -38,7 +40,7 @@ def cmd_measure_acceptance(args):
     print(note, file=sys.stderr)
     result = acceptance_command(target, head, note, args.n_prompts, args.max_new_tokens,
                                 args.n_text, args.max_len, command_line())
-    out = Path(args.out or f"data/results/acceptance_{args.model.replace('/', '_')}.json")
+    out = Path(args.out or default_out(f"acceptance_{args.model.replace('/', '_')}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_json(result))
     for name, iv in result["summary"]["tau"].items():
@@ -71,13 +73,14 @@ def add_experiment(sub):
     x.add_argument("--size", default="full", choices=["tiny", "ci", "full"],
                    help="tiny: smoke run; ci: notebook 02's live run; full: 3 seeds, a few hours "
                         "on 2 CPU threads, resumable across sittings")
-    x.add_argument("--out", default="data/results/uncertainty.json")
+    x.add_argument("--out", default=None, help="JSON path (default runs/uncertainty.json; a "
+                                               "committed result only by naming it here)")
     x.add_argument("--work", default=None, help="checkpoints and finished parts "
                                                 "(default runs/uncertainty_<size>)")
     x.add_argument("--keep", default=None,
                    help="where each finished variant's JSON files go, to commit between sittings; "
-                        "a new --work starts from them (default data/results/uncertainty_full "
-                        "for --size full, none otherwise; '' for none)")
+                        "a new --work starts from them (default none; the committed full run "
+                        "keeps its variants in data/results/uncertainty_full)")
     for flag, kind in ABLATION_KNOBS:
         x.add_argument(flag, type=kind, default=None, help="overrides the size's value")
     x.set_defaults(handler=cmd_experiment)

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from eagle_mini.cli.common import (add_head_args, add_target_args, command_line, config_from,
-                                   head_for, load, positive_int, share, tree_arg)
+                                   fmt, head_for, load, positive_int, share, tree_arg)
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.training.commands import TrainHeadCommand
 
@@ -228,10 +228,13 @@ def cmd_compare_heads(args):
     docs = read_eval_results((args.a, args.b))
     result = {"command": command_line(),
               "files": [args.a, args.b], **compare_heads(*docs)}
+    for k in result["derived_counts"]:
+        print(f"{vars(args)[k]}: tau counts per prompt derived from its tau per prompt and the other "
+              "file's counts (measure.evaluate.derived_counts)", file=sys.stderr)
     d = result["tau_difference_b_minus_a"]
     print(f"tau B - A = {d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] "
           f"({result['setting']['prompts']} prompts; training tokens B/A "
-          f"{result['training_token_ratio_b_over_a'] or float('nan'):.3f})")
+          f"{fmt(result['training_token_ratio_b_over_a'], '.3f')})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(results_json(result))

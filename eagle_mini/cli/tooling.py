@@ -39,7 +39,8 @@ def add_rehearse(sub):
     h.add_argument("--dir", default=None, help="model, features, heads, logs and finished steps "
                                                "(default runs/rehearsal_<config>)")
     h.add_argument("--out", default=None,
-                   help="results JSON (default data/results/rehearsal_<config>.json)")
+                   help="results JSON (default runs/rehearsal_<config>.json; a committed "
+                        "result only by naming it here)")
     h.add_argument("--seed", type=int, default=0, help="the model's weights and the heads' init")
     h.add_argument("--threads", type=positive_int, default=None, help="torch threads of each step")
     h.set_defaults(handler=cmd_rehearse)

@@ -1,6 +1,7 @@
 """The feature-uncertainty ablation (EAGLE §3.1, Figs. 4 and 8): four heads, one difference.
 
-    python -m eagle_mini experiment uncertainty --size full --out data/results/uncertainty.json
+    python -m eagle_mini experiment uncertainty --size full --out data/results/uncertainty.json \
+        --keep data/results/uncertainty_full
 
 The four heads of `uncertainty.VARIANTS` get the same data, batches and batch order, steps, seeds,
 optimizer, learning-rate schedule and architecture; only the fc input differs (H or 2H wide). The
@@ -14,9 +15,10 @@ direct measurements of `uncertainty.branch_probe` and `error_by_entropy` (EAGLE 
 Resumable: the work directory keeps each variant's trainer checkpoint, and a finished variant's
 metrics, head, tau and (first seed) probe. A rerun of the same command skips what is finished and
 continues a variant from its last checkpoint. A sitting's work directory does not outlive it on
-every machine, so `keep` (a directory under `data/results/`, committed) receives each finished
-variant's small JSON files -- never heads or checkpoints -- and a new work directory starts from
-them: across sittings only a variant cut off mid-training is redone.
+every machine, so `keep` (for the committed full run `data/results/uncertainty_full/`, named
+explicitly) receives each finished variant's small JSON files -- never heads or checkpoints -- and
+a new work directory starts from them: across sittings only a variant cut off mid-training is
+redone.
 
 What this leaves out: the paper's 68k dialogues x 20 epochs on a 7B target (here a few hundred
 thousand tokens on SmolLM2-135M) and its T=1 runs.
@@ -33,7 +35,7 @@ from tqdm.auto import tqdm
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.measure.evaluate import pooled_tau
 from eagle_mini.methods import EAGLE2
-from eagle_mini.results import results_json
+from eagle_mini.results import default_out, results_json
 from eagle_mini.experiments.uncertainty import PAPER, VARIANTS, branch_probe, error_by_entropy, make_drafter, training_rows
 
 FORMAT = "eagle_mini.uncertainty/2"  # /2: seeds, per-conversation and per-prompt counts
@@ -434,26 +436,23 @@ def sharegpt_inputs(target, cfg: AblationConfig) -> dict:
             if cfg.draft_vocab else None}
 
 
-# Where `experiment uncertainty` keeps finished variants by default (commit it between sittings).
-KEEP = {"full": "data/results/uncertainty_full"}
-
-
-def ablation_command(target, size: str = "full", out="data/results/uncertainty.json", work=None,
-                     keep=None, log=print, **knobs) -> dict:
-    """`experiment uncertainty`: SmolLM2 (or --model) on ShareGPT, MT-bench prompts; writes `out`.
+def ablation_command(target, size: str = "full", out=None, work=None, keep=None, log=print,
+                     **knobs) -> dict:
+    """`experiment uncertainty`: SmolLM2 (or --model) on ShareGPT, MT-bench prompts; writes `out`
+    (default runs/uncertainty.json, `results.default_out`).
     `knobs`: `AblationConfig` fields that replace the size's (None: the size's); `work` (default
-    runs/uncertainty_<size>) holds checkpoints and finished parts; `keep` (default `KEEP[size]`,
-    '' for none) receives each finished variant's JSON files."""
+    runs/uncertainty_<size>) holds checkpoints and finished parts; `keep` (default none; the
+    committed full run's is data/results/uncertainty_full) receives each finished variant's JSON
+    files."""
     import sys
     cfg = config_for(size, **knobs)
     work = Path(work or Path("runs") / f"uncertainty_{size}")
-    keep = keep if keep is not None else KEEP.get(size)
     log(f"experiment uncertainty, size {size}: {json.dumps(asdict(cfg))}; work dir {work}"
         + (f"; finished variants kept in {keep}" if keep else ""))
     result = run_ablation(target, cfg=cfg, work=work, **sharegpt_inputs(target, cfg),
                           command="python -m eagle_mini " + " ".join(sys.argv[1:]), log=log,
                           keep=keep or None)
-    out = Path(out)
+    out = Path(out or default_out("uncertainty.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_json(result, indent=1))
     log(summary_table(result))

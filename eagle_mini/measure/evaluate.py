@@ -98,9 +98,55 @@ def tau_on(target, head, dataset: str, n: int, max_new_tokens: int = 64, tree=No
             "tau_counts_per_prompt": tau_counts(runs)}
 
 
+def derived_counts(doc: dict, accepted: list[int]) -> list[list[int]] | None:
+    """An eval-head result that records tau per prompt but not its counts (one written before
+    `tau_counts_per_prompt` was) -> its [accepted, cycles] per prompt, or None where they do not
+    follow.
+
+    Greedy EAGLE emits vanilla's tokens whatever the head, so on the same target, prompts and
+    length two heads accept the same number of tokens per prompt: `accepted` is another result's
+    (its counts' first column). Each prompt's cycles are then accepted / tau; they are kept only
+    when every one is a whole number that gives the recorded tau exactly, and together they give
+    the recorded pooled tau and tokens per forward exactly (a result of another target or length
+    fails these checks).
+
+        >>> doc = {"mtbench": {"prompts": 2, "tau_per_prompt": [1.5, 2.0], "tau": 1.75,
+        ...                    "tokens_per_forward": 1.5}}
+        >>> derived_counts(doc, [3, 4])
+        [[3, 2], [4, 2]]
+    """
+    m = doc["mtbench"]
+    taus = m.get("tau_per_prompt")
+    if taus is None or len(taus) != len(accepted) or m.get("tokens_per_forward") is None:
+        return None
+    counts = []
+    for acc, tau in zip(accepted, taus):
+        cycles = 0 if tau is None else round(acc / tau)
+        if (tau is None) != (acc == 0) or (cycles and acc / cycles != tau):
+            return None
+        counts.append([acc, cycles])
+    total, cycles = sum(a for a, _ in counts), sum(c for _, c in counts)
+    n = len(counts)
+    if not cycles or total / cycles != m["tau"] or (total + n) / (cycles + n) != m["tokens_per_forward"]:
+        return None
+    return counts
+
+
+def training_tokens(doc: dict) -> int | None:
+    """The training tokens of an eval-head result's head: `head_tokens_seen`, or in a result
+    written before that field, the count its head note gives ("... (18,692,439 training tokens)")."""
+    import re
+    if doc.get("head_tokens_seen") is not None:
+        return doc["head_tokens_seen"]
+    said = re.search(r"\(([\d,]+) training tokens", doc.get("head") or "")
+    return int(said.group(1).replace(",", "")) if said else None
+
+
 def compare_heads(a: dict, b: dict) -> dict:
     """Two `eval-head` results on the same MT-bench prompts, tree and length -> head b's pooled tau
     minus head a's, with a paired bootstrap interval over prompts (`intervals.paired_difference`).
+    A result without counts per prompt takes them from its tau per prompt and the other's counts
+    (`derived_counts`); "derived_counts" names it.
 
     The question the EAGLE-3 paper asks (its Figure 1) is which architecture learns more from the
     same data, so the result says whether both heads saw the same number of training tokens."""
@@ -110,23 +156,30 @@ def compare_heads(a: dict, b: dict) -> dict:
         if a["mtbench"][key] != b["mtbench"][key]:
             raise EagleMiniError(f"the two results differ in MT-bench {key} ({a['mtbench'][key]} vs "
                                  f"{b['mtbench'][key]}); rerun one eval-head to match")
-    counts = []
-    for doc in (a, b):
-        if "tau_counts_per_prompt" not in doc["mtbench"]:
-            raise EagleMiniError(f"an eval-head result without tau_counts_per_prompt "
-                                 f"({doc.get('command')}); rerun it with this version")
-        counts.append(Arm([doc["mtbench"]["tau_counts_per_prompt"]]))
-    diff = paired_difference(*counts)
+    recorded = {k: doc["mtbench"].get("tau_counts_per_prompt") for k, doc in (("a", a), ("b", b))}
+    counts, derived = dict(recorded), []
+    for k, doc, other in (("a", a, "b"), ("b", b, "a")):
+        if recorded[k] is None:
+            counts[k] = recorded[other] and derived_counts(doc, [acc for acc, _ in recorded[other]])
+            if counts[k] is None:
+                raise EagleMiniError(f"the result of `{doc.get('command')}` has no "
+                                     "tau_counts_per_prompt, and they do not follow from its tau "
+                                     "per prompt and the other result's; rerun that command with "
+                                     "this version")
+            derived.append(k)
+    arms = {k: Arm([c]) for k, c in counts.items()}
+    diff = paired_difference(arms["a"], arms["b"])
 
     def arm(doc, counted):
         return {"head": doc["head"], "kind": doc.get("head_kind"),
-                "training_tokens": doc.get("head_tokens_seen"),
+                "training_tokens": training_tokens(doc),
                 "training_commands": doc.get("head_training_commands"), "command": doc["command"],
                 "tau": interval(counted)}
-    tokens = (a.get("head_tokens_seen"), b.get("head_tokens_seen"))
+    tokens = (training_tokens(a), training_tokens(b))
     ratio = tokens[1] / tokens[0] if None not in tokens and tokens[0] else None
-    return {"a": arm(a, counts[0]), "b": arm(b, counts[1]),
+    return {"a": arm(a, arms["a"]), "b": arm(b, arms["b"]),
             "setting": {k: a["mtbench"][k] for k in ("prompts", "tree", "max_new_tokens")},
+            "derived_counts": derived,
             "tau_difference_b_minus_a": diff, "b_beats_a": excludes_zero(diff),
             "training_token_ratio_b_over_a": ratio,
             "equal_training_tokens": None if ratio is None else abs(ratio - 1) <= EQUAL_TOKENS}

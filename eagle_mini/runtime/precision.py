@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from eagle_mini.results import COMMITTED, default_out
+
 MARGIN = 1.2  # bf16 must be this much faster to be worth its rounding
 
 
@@ -66,10 +68,10 @@ MATMUL_PRECISIONS = ("highest", "high", "medium")
 
 
 def lossless_file(precision: str) -> str:
-    """Where `check-lossless` writes (and `bench`, `demo` and `generate` look for) the check of a
-    matmul precision: the reference, "highest", keeps the course's original file name."""
-    return ("data/results/check_lossless.json" if precision == "highest"
-            else f"data/results/check_lossless_matmul_{precision}.json")
+    """The name of `check-lossless`'s result for a matmul precision (under `runs/` by default, in
+    `data/results/` when committed): the reference, "highest", keeps the course's original name."""
+    return ("check_lossless.json" if precision == "highest"
+            else f"check_lossless_matmul_{precision}.json")
 
 
 def set_matmul_precision(precision: str, root: Path = Path(".")) -> str:
@@ -93,15 +95,16 @@ def set_matmul_precision(precision: str, root: Path = Path(".")) -> str:
     torch.set_float32_matmul_precision(precision)
     if precision == "highest":
         return "fp32 matmuls in fp32 (highest): exact"
-    path = root / lossless_file(precision)
     head = f"fp32 matmuls at precision {precision!r} (bf16-based internals where the CPU has them)"
-    try:
-        check = json.loads(path.read_text())
-        rows = check["rows"]
-        same = sum(all(v["identical"] for k, v in r.items() if isinstance(v, dict)) for r in rows)
-        return (f"{head}: check-lossless in this mode found {same} of {len(rows)} prompts "
-                f"identical to vanilla in the same mode ({lossless_file(precision)}, "
-                f"{check['machine']['cpu']})")
-    except (OSError, KeyError, TypeError, ValueError):
-        return (f"{head}: NOT CHECKED, no check-lossless result for this mode yet; run `python -m "
-                f"eagle_mini check-lossless --matmul-precision {precision}` before trusting it")
+    # this machine's own check (check-lossless writes under runs/ by default), else the committed one
+    for path in (default_out(lossless_file(precision)), COMMITTED / lossless_file(precision)):
+        try:
+            check = json.loads((root / path).read_text())
+            rows = check["rows"]
+            same = sum(all(v["identical"] for k, v in r.items() if isinstance(v, dict)) for r in rows)
+            return (f"{head}: check-lossless in this mode found {same} of {len(rows)} prompts "
+                    f"identical to vanilla in the same mode ({path}, {check['machine']['cpu']})")
+        except (OSError, KeyError, TypeError, ValueError):
+            continue
+    return (f"{head}: NOT CHECKED, no check-lossless result for this mode yet; run `python -m "
+            f"eagle_mini check-lossless --matmul-precision {precision}` before trusting it")

@@ -33,7 +33,7 @@ from eagle_mini.heads import HEAD_KINDS
 from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
 from eagle_mini.methods import EAGLE2, EAGLE3, VANILLA, method
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.results import machine_info, results_json
+from eagle_mini.results import default_out, machine_info, results_json
 
 DONOR = "smollm2-135m"   # lends its tokenizer, chat template and special-token ids
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
@@ -334,12 +334,12 @@ def _rehearsal_result(config: str, seed: int, size: Sizes, command, threads, roo
 def rehearse(config: str = "vicuna-7b", root=None, out=None, seed: int = 0,
              threads: int | None = None, command: str | None = None, log=print) -> dict:
     """Run (or resume) the whole rehearsal and write its results JSON to `out` (default
-    data/results/rehearsal_<config>.json); `root` (default runs/rehearsal_<config>) holds the
+    runs/rehearsal_<config>.json, `results.default_out`); `root` (default runs/rehearsal_<config>) holds the
     model, features, heads, logs and step records. `command`: the command line, for the file."""
     if config not in configs():
         raise EagleMiniError(f"unknown rehearsal config {config!r}; known: {', '.join(configs())}")
     root = Path(root or f"runs/rehearsal_{config}")
-    out = Path(out or f"data/results/rehearsal_{config}.json")
+    out = Path(out or default_out(f"rehearsal_{config}.json"))
     size = SIZES.get(config, Sizes())
     _warn_without_bf16_units(config, log)
     model = root / "model"

@@ -24,6 +24,7 @@ from eagle_mini.methods import EAGLE2, EAGLE_METHODS, VANILLA, method
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.cost import CHEAP, cheap_until
 from eagle_mini.measure.bench import baseline
+from eagle_mini.results import writing_command
 
 COMMAND = "python -m eagle_mini results-md"
 RESULTS, HEAD = "data/results", "data/heads/smollm2-135m"
@@ -96,20 +97,49 @@ class Files:
         return self.root / RESULTS / name
 
     def json(self, name: str) -> dict:
+        """The file's JSON; a field a section reads and the file lacks (a result made by another
+        command than the one RESULTS.md names, e.g. `profile-target` without `--compare-stock`) is
+        one line naming the file, not a traceback (`Record`)."""
         p = self.path(name)
         if not p.exists():
             raise EagleMiniError(f"{p} is missing: run the command RESULTS.md names for it")
-        return json.loads(p.read_text())
+        try:
+            return json.loads(p.read_text(), object_hook=lambda d: Record(d, p))
+        except ValueError as e:
+            raise EagleMiniError(f"{p} is not JSON ({e})") from None
 
     def head(self) -> dict:
         return json.loads((self.root / HEAD / "config.json").read_text())
 
 
-def source(name: str, doc: dict) -> str:
-    """The line under a section: which file, which command made it, on what machine."""
+class MissingField(EagleMiniError, KeyError):
+    """A field a section needs is not in a results file (still a KeyError to `except KeyError`)."""
+
+    def __str__(self):
+        return self.args[0]
+
+
+class Record(dict):
+    """A JSON object of the results file `path`; reading a field it lacks raises `MissingField`."""
+
+    def __init__(self, fields: dict, path: Path):
+        super().__init__(fields)
+        self.path = path
+
+    def __missing__(self, key):
+        raise MissingField(f"{self.path} has no {key!r}, which RESULTS.md reads: it was made by "
+                           "another command than the one RESULTS.md names for it (run that one, "
+                           f"or restore the committed file: git checkout -- {self.path})")
+
+
+def source(name: str, doc: dict, out: str | None = None) -> str:
+    """The line under a section: which file, the command that makes it (its `--out` explicit:
+    `results.writing_command`; `out`, the file by default, is what that option names), on what
+    machine."""
     m = doc.get("machine")
     where = f"; {m['cpu']}, {m['threads']} thread(s), torch {m['torch']}" if m else ""
-    return f"*File `{RESULTS}/{name}`, made by `{doc['command']}`{where}.*"
+    command = writing_command(doc["command"], out or f"{RESULTS}/{name}")
+    return f"*File `{RESULTS}/{name}`, made by `{command}`{where}.*"
 
 
 def short_head(text: str) -> str:
@@ -544,7 +574,7 @@ def bench_section(f: Files) -> list[str]:
         out += [title, "", facts, "", markdown_table(r).rstrip("\n"), ""]
         if r.get("tau_note"):
             out += [f"Note in the file: {r['tau_note']}.", ""]
-        out += [source(f"{name}/bench.json", r), ""]
+        out += [source(f"{name}/bench.json", r, out=f"{RESULTS}/{name}"), ""]
     return out
 
 
