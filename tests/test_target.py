@@ -40,9 +40,10 @@ def check_tree_equals_paths(target):
         kept = copy.deepcopy(cache)
         keep_cache_entries(kept, len(prefix), path)
         assert kept.get_seq_length() == plain.get_seq_length()
-        for a, b in zip(kept.layers, plain.layers):
-            torch.testing.assert_close(a.keys, b.keys, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=1e-5)
+        for a, b in zip(kept.layers, plain.layers):   # fp32 noise, as the logits: a tree's rows
+            # are reduced in other orders than a chain's (on an AMX Xeon up to ~1.3e-5)
+            torch.testing.assert_close(a.keys, b.keys, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(a.values, b.values, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
