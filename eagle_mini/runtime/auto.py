@@ -66,7 +66,7 @@ def auto_tree(target, head, curve=None, prompts=None):
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
     kernels = f"{str(target.dtype)[6:]}_{packed_kind(target.model) or 'stock'}"
-    if getattr(getattr(target, "exact", None), "exact", False):
+    if target.runtime.is_exact:
         kernels += "-exact"   # exact verification has its own cost curve
     cpu = cpu_tag()  # the CPU changes between machines, and the curve with it
     name = (f"{target.name.replace('/', '_')}_{target.device.type}_{kernels}"
