@@ -170,3 +170,23 @@ def test_hidden_side_effects_are_gone():
     assert packed_kind(pick_head("eagle2", head)) is None
     if available(torch.float32, "onednn") or available(torch.float32, "mkl"):
         assert packed_kind(pick_head("eagle2", head, pack_like=target)) == packed_kind(target.model)
+
+
+def test_every_finding_of_this_machine_is_cached_one_way(tmp_path, monkeypatch):
+    """Kernels and exact mode measure once, then read the same file back; every key escapes a hub
+    id's '/' and ':' and names the machine, threads and versions."""
+    monkeypatch.setenv("EAGLE_MINI_CACHE", str(tmp_path))
+    target = fresh()
+    target.name = "owner/tiny:rev"
+    first = use_kernels(target, "auto")
+    assert use_kernels(target, "auto")["how"].startswith("measured earlier here")
+    assert use_kernels(target, "auto")["kernels"] == first["kernels"]
+    record = use_exact(target, "on")
+    again = use_exact(target, "on")
+    assert again.how.startswith("measured earlier here") and again.exact == record.exact
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json"))
+    assert [f.split("/")[0] for f in files] == ["exact", "kernels"]
+    for f in files:
+        name = f.split("/")[1]
+        assert name.startswith("owner_tiny_rev_bfloat16_cpu_t") and ":" not in name
+        assert f"torch{torch.__version__.split('+')[0]}" in name

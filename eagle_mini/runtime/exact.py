@@ -24,10 +24,9 @@ EAGLE is compared with, and the prefill, shared by both, stays one batched call.
 costs is measured by `profile-target --compare-exact`, both forwards timed in one run.
 """
 import hashlib
-import json
-from contextlib import contextmanager
 import sys
 import weakref
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -37,9 +36,8 @@ from torch import nn
 from transformers import AttentionInterface
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.models import cache_dir
-from eagle_mini.results import cpu_tag, results_json
 from eagle_mini.runtime.blocks import BLOCK, blocked, min_rows, plan_of
+from eagle_mini.runtime.machine_cache import cached_finding, machine_key
 from eagle_mini.runtime.packed import pack_linears, packed_kind
 from eagle_mini.runtime.state import edits_of
 from eagle_mini.target import crop_cache, head_dim
@@ -365,17 +363,19 @@ def use_exact(target, mode: str = "auto") -> ExactRecord | None:
     restore(target)
     if mode == "off" or (mode == "auto" and target.dtype == torch.float32):
         return None
-    path = record_path(target)
-    if path.exists():
-        saved = json.loads(path.read_text())
-        record = ExactRecord(**{**saved, "how": f"checked earlier here ({path.name})"})
-        if record.exact:
-            apply(target, record.chunked, record.attention, record.rows)
-        target.runtime.exact = record
-        return record
-    record = make_exact(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(results_json({k: v for k, v in asdict(record).items() if k != "how"}, indent=2))
+    made = []
+
+    def measure():
+        made.append(make_exact(target))
+        return {k: v for k, v in asdict(made[0]).items() if k != "how"}
+    key = machine_key(target, packed_kind(target.model) or "stock", source_tag())
+    saved, how = cached_finding("exact", key, measure)
+    if made:
+        return made[0]
+    record = ExactRecord(**{**saved, "how": how})
+    if record.exact:
+        apply(target, record.chunked, record.attention, record.rows)
+    target.runtime.exact = record
     return record
 
 
@@ -383,16 +383,6 @@ def exact_of(target) -> dict | None:
     """What a results file records of the target's exact mode: the record, or None when off."""
     record = target.runtime.exact
     return None if record is None else asdict(record)
-
-
-def record_path(target) -> Path:
-    """Where this machine's finding for `target` is cached."""
-    from eagle_mini import __version__
-    name = (f"{target.name.replace('/', '_').replace(':', '_')}_{str(target.dtype)[6:]}"
-            f"_{target.device.type}_{packed_kind(target.model) or 'stock'}"
-            f"_t{torch.get_num_threads()}_cpu{cpu_tag()}"
-            f"_torch{torch.__version__.split('+')[0]}_v{__version__}_{source_tag()}.json")
-    return cache_dir() / "exact" / name
 
 
 def source_tag() -> str:
