@@ -16,6 +16,7 @@ changes greedy outputs.
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -67,9 +68,21 @@ LOAD_HELP = {
 
 TINY_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
-# Progress bars and advice meant for hub downloads only clutter a course's outputs.
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
+
+
+@contextmanager
+def quiet_hf():
+    """Hugging Face's progress bars and advice (meant for hub downloads) off while loading, then
+    as they were: a course's outputs stay readable and the process's logging is left alone."""
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def cache_dir() -> Path:
@@ -91,9 +104,10 @@ def torch_dtype(dtype) -> torch.dtype:
 def convert_gguf(asset: str, out_dir: Path, eos: list[str]) -> Path:
     """Dequantize an embedded GGUF once into an fp32 safetensors model directory."""
     gguf = asset_path(asset)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                 dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    with quiet_hf():
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # Detach the GGUF quantizer state: the weights are already plain fp32 tensors.
     model.hf_quantizer = None
     model.is_quantized = False
@@ -159,9 +173,10 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
         return random_big_target(name.split(":", 1)[1], dtype, device)
     where = resolve(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype(dtype),
-                                                     attn_implementation="sdpa")
+        with quiet_hf():
+            tokenizer = AutoTokenizer.from_pretrained(where)
+            model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype(dtype),
+                                                         attn_implementation="sdpa")
         model = model.to(device).eval()
     except Exception as e:  # noqa: BLE001 - sorted by load_error; anything else is re-raised
         error = load_error(name, where, dtype, e)

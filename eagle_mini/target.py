@@ -12,8 +12,21 @@ possible with any Hugging Face causal LM, without forking its modeling file:
 
 The **feature** (EAGLE §3.1) is the last hidden state *after* the final norm, i.e. the input of
 `lm_head`; we run `model.model` and `model.lm_head` ourselves so both come out of one forward.
+
+The algorithm needs nothing else from the model, and changes nothing in it. *How* a forward runs on
+a machine is the runtime layer's business (`eagle_mini/runtime/`), and everything it may change is
+declared in `Target.runtime` (`Runtime`):
+
+* `runtime/packed.py` (through `runtime/kernels.py`) routes each linear's `forward` through
+  weights laid out once; which kernels run is `runtime.kernels`, and `unpack_linears` undoes it;
+* `runtime/exact.py` swaps linears for fixed-order ones, sets the attention implementation and
+  the config fields that attention reads; its finding is `runtime.exact`, and every change goes
+  through `runtime.edits` (`runtime/state.py`), which saved what was there and restores all of it.
+
+A draft head never inherits any of this: it is built from the target config's architecture
+fields only (`heads/base.architecture_config`).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
@@ -31,19 +44,51 @@ class Step:
     layers: torch.Tensor | None = None
 
 
+@dataclass
+class Runtime:
+    """What a target's forwards run with beyond its weights, all of it set by `eagle_mini/runtime`
+    and read from here (results files record it): `kernels`, the matmul kernels' record
+    (`runtime.kernels.use_kernels`, None: as loaded); `exact`, exact mode's record
+    (`runtime.exact.ExactRecord`, None: off); `edits`, the changes made to the model with what they
+    replaced (`runtime.state.ModelEdits`, None: none)."""
+    kernels: dict | None = None
+    exact: object | None = None
+    edits: object | None = field(default=None, repr=False)
+
+    @property
+    def is_exact(self) -> bool:
+        """Whether verification runs in exact mode (its self-check passed)."""
+        return bool(self.exact is not None and self.exact.exact)
+
+
 class Target:
-    """An unmodified HF causal LM plus what drafting and verification need from it."""
+    """A HF causal LM plus what drafting and verification need from it; `runtime` declares
+    what the runtime layer changed in it (see the module's docstring)."""
 
     def __init__(self, model, tokenizer=None, name: str = "target"):
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
-        self.kernels = None  # which CPU matmul kernels run (`runtime.kernels.use_kernels`)
+        self.runtime = Runtime()
         self.config = model.config
         eos = getattr(model.generation_config, "eos_token_id", None)
         if eos is None:
             eos = getattr(model.config, "eos_token_id", None)
         self.eos_token_ids = set([eos] if isinstance(eos, int) else (eos or []))
+
+    @property
+    def kernels(self) -> dict | None:
+        """`runtime.kernels`: which CPU matmul kernels run (`runtime.kernels.use_kernels`)."""
+        return self.runtime.kernels
+
+    @kernels.setter
+    def kernels(self, record: dict | None) -> None:
+        self.runtime.kernels = record
+
+    @property
+    def exact(self):
+        """`runtime.exact`: exact mode's record (`runtime.exact`), None when off."""
+        return self.runtime.exact
 
     @property
     def device(self) -> torch.device:

@@ -131,7 +131,7 @@ def test_switching_kinds_keeps_every_packed_copy():
 def test_auto_kernels_keep_the_fastest_and_cache_the_choice(monkeypatch, tmp_path):
     """`use_kernels("auto")` follows the timing, whichever way it goes, and measures once."""
     from eagle_mini.runtime import kernels as kernels
-    monkeypatch.setattr(kernels, "cache_dir", lambda: tmp_path)
+    monkeypatch.setenv("EAGLE_MINI_CACHE", str(tmp_path))
     calls = []
 
     def stock_fastest(target, kinds, sizes, repeats):

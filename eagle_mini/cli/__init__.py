@@ -37,6 +37,9 @@ def build_parser() -> Parser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()   # a command's output is its own: no hub advice, no bars
+    hf_logging.disable_progress_bar()
     try:
         code = args.handler(args)
     except EagleMiniError as e:

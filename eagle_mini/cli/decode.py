@@ -267,7 +267,7 @@ def cmd_check_lossless(args):
     result = {"command": command_line(), "head": note, **result}
     default = lossless_file(args.matmul_precision)
     if args.dtype != "fp32":   # a reduced-precision check never replaces the fp32 reference file
-        exact = "exact" if (getattr(target, "exact", None) and target.exact.exact) else "stock"
+        exact = "exact" if target.runtime.is_exact else "stock"
         default = default.replace(".json", f"_{args.dtype}_{exact}.json")
     out = Path(args.out or default_out(default))
     out.parent.mkdir(parents=True, exist_ok=True)

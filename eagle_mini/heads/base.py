@@ -5,7 +5,6 @@ positions and masks for a draft layer, the fit check, and the saved-head directo
 EAGLE-1's head (`eagle1.py`) and EAGLE-3's (`eagle3.py`) build on these; `formats.py` reads and
 writes the authors' layouts; `eagle_mini.heads` loads any of them.
 """
-import copy
 import importlib
 import json
 from pathlib import Path
@@ -18,9 +17,25 @@ from eagle_mini.results import results_json
 from eagle_mini.target import attention_mask_4d
 
 
+def architecture_config(target_config):
+    """A fresh config of the target's class from its architecture fields alone: the fields of its
+    `to_dict` that the class itself defines. Nothing a runtime set on the live config comes along
+    (exact mode's fields, `runtime/exact.py`; the attention implementation), so a head made on an
+    exact or packed target is the head made on a stock one, saves the same `config.json`, and runs
+    as it will once loaded from it (HF's default attention for a bare config)."""
+    fields = target_config.to_dict()
+    try:
+        own = type(target_config)().to_dict()
+        fields = {k: v for k, v in fields.items() if k in own}
+    except (TypeError, ValueError):   # a class that needs arguments: its fields as they are
+        pass
+    return type(target_config).from_dict(fields)
+
+
 def layer_config(target_config):
-    """The target's config cut to one full-attention layer, for the head's own decoder layer."""
-    cfg = copy.deepcopy(target_config)
+    """The target's architecture (`architecture_config`) cut to one full-attention layer, for the
+    head's own decoder layer."""
+    cfg = architecture_config(target_config)
     cfg.num_hidden_layers = 1
     if getattr(cfg, "layer_types", None):
         cfg.layer_types = ["full_attention"]

@@ -22,8 +22,8 @@ from torch import nn
 from transformers import AutoConfig
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.heads.base import (check_compatible, decoder_classes, layer_config, layer_positions_and_mask,
-                                    load_weights, move_keeping_rope_fp32, read_head_dir,
+from eagle_mini.heads.base import (architecture_config, check_compatible, decoder_classes,
+                                    layer_config, layer_positions_and_mask, load_weights, move_keeping_rope_fp32, read_head_dir,
                                     save_head_dir)
 
 INPUT_MODES = ("feature+token", "feature", "token")
@@ -38,7 +38,7 @@ class DraftHead(nn.Module):
         super().__init__()
         if input_mode not in INPUT_MODES:
             raise EagleMiniError(f"unknown input_mode {input_mode!r}; known: {', '.join(INPUT_MODES)}")
-        self.target_config = target_config
+        self.target_config = architecture_config(target_config)   # the head's own, never the live one
         self.target_name = target_name
         self.input_mode = input_mode
         self.layer_config = layer_config(target_config)

@@ -37,8 +37,9 @@ from transformers.models.llama.modeling_llama import (LlamaAttention, LlamaMLP, 
                                                       LlamaRotaryEmbedding)
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.heads.base import (check_compatible, layer_positions_and_mask, load_weights,
-                                    move_keeping_rope_fp32, read_head_dir, save_head_dir)
+from eagle_mini.heads.base import (architecture_config, check_compatible, layer_positions_and_mask,
+                                    load_weights, move_keeping_rope_fp32, read_head_dir,
+                                    save_head_dir)
 from eagle_mini.target import head_dim
 
 KIND = "eagle3"
@@ -84,12 +85,7 @@ def draft_layer_config(target_config, rope: dict | None = None, rms_norm_eps=Non
     cfg = LlamaConfig(**kw, num_hidden_layers=1, attention_bias=False, mlp_bias=False,
                       tie_word_embeddings=False,
                       rope_parameters=dict(rope or target_config.rope_parameters))
-    if target_config._attn_implementation in STOCK_ATTENTION:   # not the target's exact mode:
-        cfg._attn_implementation = target_config._attn_implementation   # a draft needs no bits
-    return cfg
-
-
-STOCK_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+    return cfg   # built from fields: no runtime state of the target's (its attention) comes along
 
 
 class Eagle3Layer(nn.Module):
@@ -121,7 +117,7 @@ class Eagle3Head(nn.Module):
     def __init__(self, target_config, draft_vocab=None, target_name: str = "", layers=None,
                  rope: dict | None = None, rms_norm_eps: float | None = None):
         super().__init__()
-        self.target_config = target_config
+        self.target_config = architecture_config(target_config)   # the head's own, never the live one
         self.target_name = target_name
         # one config for the layer, its rotary and its cache: training switches its attention
         self.layer_config = draft_layer_config(target_config, rope, rms_norm_eps)

@@ -174,9 +174,9 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     later = curve_round_points(len(prompts), curve_rounds)
     auto_tree, auto_scores = None, None
     if AUTO in methods:
-        auto_tree, auto_scores = choose_auto_tree(target, pick_head(AUTO, head, target), curve,
-                                                    calibration)
-    exact = getattr(getattr(target, "exact", None), "exact", False)
+        auto_tree, auto_scores = choose_auto_tree(target, pick_head(AUTO, head, pack_like=target),
+                                                    curve, calibration)
+    exact = target.runtime.is_exact
     timed = tuple(methods) + ((STOCK_VANILLA,) if exact else ())
     for m in timed:  # warm-up
         run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree, extra)
@@ -188,7 +188,7 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
               "temperature": temperature, "target": target.name,
               "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
               "head": head_note, "cost_curve": curve, "auto_tree": str(auto_tree),
-              "auto_scores": auto_scores, "kernels": getattr(target, "kernels", None),
+              "auto_scores": auto_scores, "kernels": target.runtime.kernels,
               "exact": exact_of(target),
               "machine": machine_info(), "methods": {}}
     if extra:

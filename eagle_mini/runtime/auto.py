@@ -11,18 +11,14 @@ and keep the best. The choice is cached per target, head, device, CPU model, ker
 `packed.py`) and thread count: each changes the curve.
 """
 import hashlib
-import json
 
-import torch
-
+from eagle_mini.data import mtbench_prompts
 from eagle_mini.decode import generate
 from eagle_mini.methods import resolve_tree
-from eagle_mini.tree import DynamicTree
-from eagle_mini.models import cache_dir
-from eagle_mini.results import cpu_tag, results_json
-from eagle_mini.data import mtbench_prompts
-from eagle_mini.runtime.packed import packed_kind
 from eagle_mini.runtime.cost import cost_curve
+from eagle_mini.runtime.machine_cache import cached_finding, machine_key
+from eagle_mini.runtime.packed import packed_kind
+from eagle_mini.tree import DynamicTree
 
 
 def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
@@ -65,22 +61,17 @@ def auto_tree(target, head, curve=None, prompts=None):
     """The cached best `DynamicTree` for (target, head, device); measured once if missing."""
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
-    kernels = f"{str(target.dtype)[6:]}_{packed_kind(target.model) or 'stock'}"
-    if getattr(getattr(target, "exact", None), "exact", False):
+    kernels = packed_kind(target.model) or "stock"
+    if target.runtime.is_exact:
         kernels += "-exact"   # exact verification has its own cost curve
-    cpu = cpu_tag()  # the CPU changes between machines, and the curve with it
-    name = (f"{target.name.replace('/', '_')}_{target.device.type}_{kernels}"
-            f"_t{torch.get_num_threads()}_cpu{cpu}_{digest}.json")
-    path = cache_dir() / "auto_tree" / name
-    if path.exists():
-        saved = json.loads(path.read_text())
-        return DynamicTree(**saved["tree"])
-    curve = curve or cost_curve(target, repeats=3)
-    tree, scores = choose_auto_tree(target, head, curve, prompts or mtbench_prompts()[-2:])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(results_json({"tree": {"total_tokens": tree.total_tokens, "depth": tree.depth,
-                                         "topk": tree.topk}, "scores": scores}, indent=2))
-    return tree
+
+    def measure():
+        tree, scores = choose_auto_tree(target, head, curve or cost_curve(target, repeats=3),
+                                        prompts or mtbench_prompts()[-2:])
+        return {"tree": {"total_tokens": tree.total_tokens, "depth": tree.depth,
+                         "topk": tree.topk}, "scores": scores}
+    finding, _ = cached_finding("auto_tree", machine_key(target, kernels, digest), measure)
+    return DynamicTree(**finding["tree"])
 
 
 def tree_tokens(tree) -> int:

@@ -57,7 +57,7 @@ def cost_curve(target, ns=(1, 2, 4, 8, 16, 32, 64), prefix_len: int = 200, repea
     from eagle_mini.runtime.packed import is_packed, stock_kernels
     packed = is_packed(target.model)
     variants = ["packed", "stock"] if compare_stock and packed else ["packed" if packed else "stock"]
-    if compare_exact and getattr(target, "exact", None) and target.exact.exact:
+    if compare_exact and target.runtime.is_exact:
         variants = [variants[0], "stock forward"]
     g = torch.Generator().manual_seed(seed)
     cache = prefilled_cache(target, prefix_len, g)

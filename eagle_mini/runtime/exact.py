@@ -24,10 +24,9 @@ EAGLE is compared with, and the prefill, shared by both, stays one batched call.
 costs is measured by `profile-target --compare-exact`, both forwards timed in one run.
 """
 import hashlib
-import json
-from contextlib import contextmanager
 import sys
 import weakref
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -37,10 +36,10 @@ from torch import nn
 from transformers import AttentionInterface
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.models import cache_dir
-from eagle_mini.results import cpu_tag, results_json
 from eagle_mini.runtime.blocks import BLOCK, blocked, min_rows, plan_of
+from eagle_mini.runtime.machine_cache import cached_finding, machine_key
 from eagle_mini.runtime.packed import pack_linears, packed_kind
+from eagle_mini.runtime.state import edits_of
 from eagle_mini.target import crop_cache, head_dim
 from eagle_mini.tree import from_choices
 
@@ -299,44 +298,45 @@ def measure_chunks(model, rows=ROW_COUNTS) -> dict:
 
 def apply(target, chunked: dict, attention: str = GROUPED, rows: int = 0) -> None:
     """Route the target through exact attention (`attention`: `BLOCKS` with products of at least
-    `rows` rows, `GROUPED` or `ALONE`) and its `chunked` linears through `FixedKLinear`."""
+    `rows` rows, `GROUPED` or `ALONE`) and its `chunked` linears through `FixedKLinear`. Every
+    change goes through the target's `ModelEdits` (`runtime/state.py`), so `restore` undoes it."""
+    edits = edits_of(target)
     for parent, name, linear in linear_modules(target.model):
         chunk = chunked.get(shape_of(linear))
         if chunk:
             exact = RowByRowLinear(linear) if chunk == ROW_BY_ROW else FixedKLinear(linear, chunk)
-            setattr(parent, name, exact)
-    target.model.set_attn_implementation(ATTENTION)
-    target.model.config.exact_attention = attention
-    target.model.config.exact_rows = rows
+            edits.swap(parent, name, exact)
+    edits.set_attention(ATTENTION)
+    edits.set_field("exact_attention", attention)
+    edits.set_field("exact_rows", rows)
 
 
-def restore(target, attention: str = "sdpa") -> None:
-    """Undo `apply`: every `ExactLinear` back to the linear it replaced, `attention` back in place."""
-    for parent in target.model.modules():
-        for name, child in list(parent.named_children()):
-            if isinstance(child, ExactLinear):
-                setattr(parent, name, child.replaced[0])
-    target.model.set_attn_implementation(attention)
-    target.exact = None
+def restore(target) -> None:
+    """Undo `apply`: the linears, the attention implementation and the config fields as they were
+    before exact mode; the target's `runtime.exact` is None again."""
+    if target.runtime.edits is not None:
+        target.runtime.edits.undo()
+    target.runtime.exact = None
 
 
 @contextmanager
 def stock_forward(target):
-    """An exact target's stock forward for a while (the cost curve times both in one run)."""
-    record = target.exact
-    restore(target)
+    """An exact target's stock forward for a while (the cost curve times both in one run): the
+    edits suspended, then the same modules back in place (nothing is rebuilt)."""
+    record = target.runtime.exact
+    target.runtime.exact = None
     try:
-        yield target
+        with edits_of(target).suspended():
+            yield target
     finally:
-        apply(target, record.chunked, record.attention, record.rows)
-        target.exact = record
+        target.runtime.exact = record
 
 
 def make_exact(target, rows=ROW_COUNTS, check: bool = True) -> ExactRecord:
     """Make `target`'s forwards batch invariant (see the module's docstring), measured on this
     machine, then self-check a tree forward; on failure the model is left as it was and the record
-    says why. The record is kept as `target.exact`."""
-    previous = target.model.config._attn_implementation
+    says why. The record is kept as `target.runtime.exact`."""
+    restore(target)   # measured on the stock modules, whatever ran before
     chunked = {s: c for s, c in measure_chunks(target.model, rows).items() if c}
     least = min_rows(head_dim(target.model.config), target.device)
     ways = ((BLOCKS,) if least else ()) + (GROUPED, ALONE)   # the fastest first
@@ -348,48 +348,41 @@ def make_exact(target, rows=ROW_COUNTS, check: bool = True) -> ExactRecord:
     record = ExactRecord(ok, why, chunked if ok else {}, attention,
                          least if attention == BLOCKS else 0)
     if not ok:
-        restore(target, previous)
-    target.exact = record
+        restore(target)
+    target.runtime.exact = record
     return record
 
 
 def use_exact(target, mode: str = "auto") -> ExactRecord | None:
     """`--exact`: "on" makes the target exact (`make_exact`), "auto" does so in reduced precision
-    (where stock trees part from vanilla at near-ties), "off" leaves it stock. The finding is cached
-    per target, dtype, CPU model, thread count and versions, like the kernel choice."""
+    (where stock trees part from vanilla at near-ties), "off" leaves it stock, or returns an exact
+    target to stock (`restore`). The finding is cached per target, dtype, CPU model, thread count
+    and versions, like the kernel choice."""
     if mode not in ("auto", "on", "off"):
         raise EagleMiniError(f"--exact must be auto, on or off, got {mode!r}")
+    restore(target)
     if mode == "off" or (mode == "auto" and target.dtype == torch.float32):
-        target.exact = None
         return None
-    path = record_path(target)
-    if path.exists():
-        saved = json.loads(path.read_text())
-        record = ExactRecord(**{**saved, "how": f"checked earlier here ({path.name})"})
-        if record.exact:
-            apply(target, record.chunked, record.attention, record.rows)
-        target.exact = record
-        return record
-    record = make_exact(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(results_json({k: v for k, v in asdict(record).items() if k != "how"}, indent=2))
+    made = []
+
+    def measure():
+        made.append(make_exact(target))
+        return {k: v for k, v in asdict(made[0]).items() if k != "how"}
+    key = machine_key(target, packed_kind(target.model) or "stock", source_tag())
+    saved, how = cached_finding("exact", key, measure)
+    if made:
+        return made[0]
+    record = ExactRecord(**{**saved, "how": how})
+    if record.exact:
+        apply(target, record.chunked, record.attention, record.rows)
+    target.runtime.exact = record
     return record
 
 
 def exact_of(target) -> dict | None:
     """What a results file records of the target's exact mode: the record, or None when off."""
-    record = getattr(target, "exact", None)
+    record = target.runtime.exact
     return None if record is None else asdict(record)
-
-
-def record_path(target) -> Path:
-    """Where this machine's finding for `target` is cached."""
-    from eagle_mini import __version__
-    name = (f"{target.name.replace('/', '_').replace(':', '_')}_{str(target.dtype)[6:]}"
-            f"_{target.device.type}_{packed_kind(target.model) or 'stock'}"
-            f"_t{torch.get_num_threads()}_cpu{cpu_tag()}"
-            f"_torch{torch.__version__.split('+')[0]}_v{__version__}_{source_tag()}.json")
-    return cache_dir() / "exact" / name
 
 
 def source_tag() -> str:

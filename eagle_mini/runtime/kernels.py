@@ -4,16 +4,14 @@ MKL's) or the stock kernels.
 Which pays differs from CPU to CPU, so the choice is measured on the machine at hand, as `auto`
 measures its tree (`use_kernels`), and cached per target, dtype, CPU model and thread count.
 """
-import json
 import statistics
 import time
 
 import torch
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.models import cache_dir
-from eagle_mini.results import cpu_tag, results_json
 from eagle_mini.runtime.cost import chain_tokens, prefilled_cache
+from eagle_mini.runtime.machine_cache import cached_finding, machine_key
 from eagle_mini.runtime.packed import KINDS, available, pack_linears, packed_as, unpack_linears
 from eagle_mini.target import crop_cache
 
@@ -81,14 +79,9 @@ def use_kernels(target, kernels: str = "auto") -> dict:
     elif kernels != "auto":
         record = {"kernels": kernels, "how": "asked for"}
     else:
-        path = (cache_dir() / "kernels" / f"{target.name.replace('/', '_').replace(':', '_')}"
-                f"_{str(target.dtype)[6:]}_t{torch.get_num_threads()}_cpu{cpu_tag()}_v2.json")
-        if path.exists():
-            record = {**json.loads(path.read_text()), "how": f"measured earlier here ({path.name})"}
-        else:
-            record = {**choose_kernels(target), "how": "measured now"}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(results_json({k: v for k, v in record.items() if k != "how"}, indent=2))
+        record, how = cached_finding("kernels", machine_key(target, "v2"),
+                                     lambda: choose_kernels(target))
+        record = {**record, "how": how}
     if record["kernels"] == "stock":
         unpack_linears(model)
     else:

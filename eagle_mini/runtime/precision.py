@@ -57,7 +57,7 @@ def fastest_exact(load, device: str = "cpu", say=print):
     say(f"dtype:  {why}")
     if pick == "bf16":
         target = load("bf16")
-        if getattr(target.exact, "exact", False):
+        if target.runtime.is_exact:
             return target
         say("dtype:  bf16 is not exact here (above): using fp32, which is")
     return load("fp32")

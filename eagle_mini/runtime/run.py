@@ -22,12 +22,12 @@ from eagle_mini.runtime.auto import auto_tree
 from eagle_mini.runtime.packed import pack_linears, packed_kind
 
 
-def pick_head(name: str, heads, target=None):
+def pick_head(name: str, heads, pack_like=None):
     """The head method `name` drafts with. `heads` is one head, or {"eagle1": head, "eagle3": head}
     when a run compares both kinds (the row's head kind picks). A row that names the EAGLE-3 kind
-    needs an EAGLE-3 head; the other EAGLE rows draft with whichever head they are given. Given the
-    `target`, the head's linears are packed as the target's are (`packed.py`): drafting is
-    forwards too."""
+    needs an EAGLE-3 head; the other EAGLE rows draft with whichever head they are given. Given a
+    target as `pack_like`, the head's linears are packed as that target's are (`packed.py`):
+    drafting is forwards too."""
     want = method(name).head
     if isinstance(heads, dict):
         heads = heads.get(want) or next(iter(heads.values()))
@@ -35,7 +35,7 @@ def pick_head(name: str, heads, target=None):
         raise EagleMiniError(f"--method {name} drafts with an {want} head; this head is an "
                              f"{head_kind(heads)} head (train one with `train-head --kind {want}`, "
                              "or pass --head DIR)")
-    kind = None if target is None else packed_kind(target.model)
+    kind = None if pack_like is None else packed_kind(pack_like.model)
     if kind:
         pack_linears(heads, kind)
     return heads
@@ -50,7 +50,7 @@ def method_tree(target, head, name: str, tree=None):
     if tree is not None:
         return tree
     if row.tree == MEASURED:
-        return auto_tree(target, pick_head(name, head, target))
+        return auto_tree(target, pick_head(name, head, pack_like=target))
     return row.tree
 
 
@@ -63,7 +63,7 @@ def run_method(target, head, name, prompt, max_new_tokens, tree=None, **kw) -> G
     if row.runner == "plain":
         gen = generate_vanilla(target, prompt, max_new_tokens, **kw)
     else:
-        gen = generate(target, pick_head(name, head, target), prompt, max_new_tokens,
+        gen = generate(target, pick_head(name, head, pack_like=target), prompt, max_new_tokens,
                        tree=method_tree(target, head, name, tree), **kw)
     gen.stats["method"] = name
     return gen
@@ -93,14 +93,17 @@ def run_hf(target, prompt, max_new_tokens, options: dict, temperature: float = 0
     if temperature > 0:
         kw["temperature"] = temperature
         kw.update({k: v for k, v in (("top_p", top_p), ("top_k", top_k)) if v not in (1.0, 0)})
-        if seed is not None:
-            torch.manual_seed(seed)
     prompt_tensor = torch.tensor([ids], device=target.device)
     counter = ForwardCounter(target.model)
+    # HF samples from torch's global generator: seeded for this call only, then as it was
+    devices = [target.device.index or 0] if target.device.type == "cuda" else []
     try:
-        start = time.perf_counter()
-        out = target.model.generate(prompt_tensor, **kw)
-        seconds = time.perf_counter() - start
+        with torch.random.fork_rng(devices=devices, enabled=seed is not None and temperature > 0):
+            if seed is not None and temperature > 0:
+                torch.manual_seed(seed)
+            start = time.perf_counter()
+            out = target.model.generate(prompt_tensor, **kw)
+            seconds = time.perf_counter() - start
     finally:
         counter.close()
     new = out[0, len(ids):].tolist()

@@ -50,7 +50,8 @@ class Nudger(threading.Thread):
     def run(self):
         import psutil   # ipykernel's own dependency
         self.km = self.client.km   # started by now: `execute` starts this thread once it is up
-        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
+        provisioner = getattr(self.km, "provisioner", None)   # a local kernel's process
+        pid = provisioner and getattr(provisioner, "pid", None)
         if pid is None:
             return
 
