@@ -10,12 +10,16 @@ from eagle_mini.errors import EagleMiniError
 
 
 def add_generate(sub):
-    from eagle_mini.methods import DECODERS, VANILLA
-    g = sub.add_parser("generate", help="generate a chat answer and print it (or --json)")
+    from eagle_mini.methods import BY_NAME, DECODERS, VANILLA
+    g = sub.add_parser("generate", help="generate a chat answer and print it (or --json)",
+                       epilog="methods (eagle_mini/methods.py): " + "; ".join(
+                           f"{name}: {BY_NAME[name].about}" for name in DECODERS))
     add_decode_target_args(g)
     g.add_argument("--prompt", required=True, help="user message (goes through the chat template)")
     g.add_argument("--max-new-tokens", type=positive_int, default=128)
-    g.add_argument("--method", default=VANILLA, choices=DECODERS)
+    g.add_argument("--method", default=VANILLA, choices=DECODERS,
+                   help=f"decoding method, default {VANILLA} (the target alone, no draft head): "
+                        f"{', '.join(DECODERS)}; each is described below")
     add_head_args(g)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 1.0: off)")

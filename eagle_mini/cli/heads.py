@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from eagle_mini.cli.common import (add_head_args, add_target_args, command_line, config_from,
-                                   head_for, load, positive_int, share, tree_arg)
+                                   head_for, load, positive_int, set_threads, share, tree_arg)
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.training.commands import TrainHeadCommand
 
@@ -31,9 +31,7 @@ def add_dump_features(sub):
 
 def cmd_dump_features(args):
     from eagle_mini.training.features import dump_command
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     m = dump_command(args.model, args.data, args.split, args.max_conversations, args.max_len,
                      args.out, args.start, args.shard_size, args.batch_tokens, args.dtype,
                      args.device, eagle3=args.eagle3)
