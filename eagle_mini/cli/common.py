@@ -46,6 +46,27 @@ def device(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def head_dir(text: str) -> str:
+    """--head DIR: a folder that exists (`heads.check_head_dir`), checked before anything loads."""
+    from eagle_mini.heads import check_head_dir
+    try:
+        check_head_dir(text)
+    except EagleMiniError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def tree_spec(text: str) -> str:
+    """A --tree given as text to pass on as text: checked now by the one reader of trees
+    (`methods.resolve_tree`), kept as the user wrote it."""
+    from eagle_mini.methods import resolve_tree
+    try:
+        resolve_tree(text)
+    except EagleMiniError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def config_from(cls, args, **given):
     """A dataclass `cls` from the parsed options that share a name with its fields (`given`
     overrides or adds fields the options do not name alike)."""
@@ -90,7 +111,7 @@ def add_decode_target_args(p):
 
 
 def add_head_args(p):
-    p.add_argument("--head", default=None,
+    p.add_argument("--head", type=head_dir, default=None,
                    help="draft head directory (default: the shipped head for the target, if any)")
     from eagle_mini.methods import tree_forms
     p.add_argument("--tree", default=None,

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from eagle_mini.cli.common import (add_decode_target_args, add_head_args, command_line, fmt, head_for,
-                                   load, positive_int, refuse_ignored, tree_arg)
+                                   head_dir, load, positive_int, refuse_ignored, tree_arg)
 from eagle_mini.errors import EagleMiniError
 
 
@@ -282,7 +282,8 @@ def add_bench(sub):
     from eagle_mini.methods import BENCH_DEFAULT
     b = sub.add_parser("bench", help="EAGLE vs vanilla, HF generate and prompt lookup, side by side")
     add_decode_target_args(b)
-    b.add_argument("--head", default=None, help="draft head directory (default: shipped head)")
+    b.add_argument("--head", type=head_dir, default=None,
+                   help="draft head directory (default: shipped head)")
     b.add_argument("--methods", default=",".join(BENCH_DEFAULT),
                    help="comma-separated; eagle3 (needs an EAGLE-3 head) runs when named")
     b.add_argument("--dataset", default="mtbench", choices=["mtbench", "humaneval", "sharegpt-test"])
