@@ -13,6 +13,7 @@ changes greedy outputs.
     >>> target = load_target("smollm2-135m")            # doctest: +SKIP
     >>> target = tiny_target("qwen3", seed=0)             # random weights, built in memory
 """
+import functools
 import os
 import shutil
 import tempfile
@@ -196,6 +197,36 @@ def resolve(name: str) -> str:
                          "or give a local HF model directory or a hub id (owner/name)")
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """One request to the Hugging Face hub's address (through the proxy the environment names, as
+    the hub's own client does): any answer means it is reachable."""
+    from huggingface_hub import constants
+    try:
+        httpx.head(constants.ENDPOINT, timeout=timeout)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+def offline_unless_reachable() -> bool:
+    """Before a hub id loads: when offline mode is off and the hub cannot be reached, turn it on
+    for this process and its children (`HF_HUB_OFFLINE`), so the hub's client reads its cache
+    and fails at once instead of retrying each file for about a minute. -> offline now. Asked
+    once per process."""
+    from huggingface_hub import constants
+    if constants.HF_HUB_OFFLINE:
+        return True
+    if not _hub_answered():
+        constants.HF_HUB_OFFLINE = True
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    return constants.HF_HUB_OFFLINE
+
+
+@functools.lru_cache(maxsize=1)
+def _hub_answered() -> bool:
+    return hub_reachable()
+
+
 def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
                 pack: bool = True) -> Target:
     """Load a target by course name, local directory or hub id and wrap it in a `Target`.
@@ -212,6 +243,8 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
     if name.startswith("random:"):
         return random_big_target(name.split(":", 1)[1], dtype, device)
     where = resolve(name)
+    if not Path(where).is_dir():   # a hub id
+        offline_unless_reachable()
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype(dtype),
