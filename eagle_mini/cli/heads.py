@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from eagle_mini.cli.common import (add_head_args, add_target_args, command_line, config_from,
+from eagle_mini.cli.common import (add_head_args, add_target_args, command_line, config_from, fmt,
                                    head_dir, head_for, load, positive_int, set_threads, share,
                                    tree_arg)
 from eagle_mini.errors import EagleMiniError
@@ -169,6 +169,8 @@ def add_eval_head(sub):
     e.add_argument("--n-also", type=positive_int, default=40,
                    help="prompts of each --also set, spread over it")
     e.add_argument("--out", default=None, help="write the metrics JSON here")
+    e.add_argument("--json", action="store_true",
+                   help="print the metrics JSON instead of the one-line summary")
     e.set_defaults(handler=cmd_eval_head)
 
 
@@ -193,10 +195,30 @@ def cmd_eval_head(args):
               **eval_head(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
                           max_len=args.max_len, tree=tree, other_sets=others)}
     text = results_json(result)
-    print(text, end="")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
+    if args.json:
+        print(text, end="")
+        return
+    print(eval_summary(result) + (f"; wrote {args.out}" if args.out else
+                                  "; --json prints the whole result, --out FILE keeps it"))
+
+
+def eval_summary(result: dict) -> str:
+    """eval-head's result in one line: teacher-forced top-1 and n-alpha, then tau per prompt set.
+
+        >>> eval_summary({"test_text": {"top1": 0.7, "alpha": [0.7, float("nan")]},
+        ...               "mtbench": {"tau": 2.0, "tau_se": 0.05, "prompts": 80, "tree": "eagle2"}})
+        'top-1 0.700, n-alpha 0.70/n/a (test split); MT-bench tau 2.00 (se 0.05, 80 prompts, tree eagle2)'
+    """
+    text, mt = result["test_text"], result["mtbench"]
+    alpha = "/".join("n/a" if a != a else f"{a:.2f}" for a in text["alpha"])
+    line = (f"top-1 {fmt(text['top1'], '.3f')}, n-alpha {alpha} (test split); MT-bench tau "
+            f"{fmt(mt['tau'])} (se {fmt(mt.get('tau_se'))}, {mt['prompts']} prompts, tree {mt['tree']})")
+    for name, other in result.get("other_sets", {}).items():
+        line += f"; {name} tau {fmt(other.get('tau'))}"
+    return line
 
 
 def read_eval_results(paths) -> list[dict]:

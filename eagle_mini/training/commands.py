@@ -255,10 +255,31 @@ def train_command(cmd: TrainHeadCommand, target, log=print) -> dict:
         head.save(cmd.out, extra=meta)
         plot_log(work / "log.jsonl", Path(cmd.out) / "loss_curve.png")
         write_card(Path(cmd.out), target.name, head, meta)
-        log(f"saved head to {cmd.out}: validation {json.dumps(result['eval'])}")
+        log(f"saved head to {cmd.out}: validation {validation_line(result['eval'])}")
     else:
         log(f"stopped at step {state['step']} of {cfg.steps}; run the same command to resume")
     return result
+
+
+def validation_line(metrics: dict) -> str:
+    """`evaluate_head`'s metrics as one log line: null where no position could be counted (NaN in
+    the metrics), and why. n-alpha counts the positions whose n earlier drafts were all right; a
+    small validation set may have none.
+
+        >>> validation_line({"top1": 0.5, "alpha": [0.5, float("nan")], "counts": [[1, 2], [0, 0]]})
+        '{"top1": 0.5, "alpha": [0.5, null], "counts": [[1, 2], [0, 0]]}; null: no validation position had 1 draft in a row right (too few tokens: raise --eval-conversations)'
+    """
+    def clean(x):
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return None if isinstance(x, float) and x != x else x
+    line = json.dumps({k: clean(v) for k, v in metrics.items()})
+    empty = [k for k, (_, n) in enumerate(metrics.get("counts", [])) if n == 0]
+    if empty:
+        line += (f"; null: no validation position had {empty[0]} draft{'s' * (empty[0] != 1)} in a "
+                 "row right" if empty[0] else "; null: the validation text has no assistant token")
+        line += " (too few tokens: raise --eval-conversations)"
+    return line
 
 
 def training_source(cmd: TrainHeadCommand, target, cfg: TrainConfig, layers, prior: dict,
