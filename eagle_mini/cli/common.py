@@ -46,6 +46,18 @@ def device(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def method_names(text: str) -> str:
+    """--methods a,b: every name the table's (`methods.method`), checked before anything loads;
+    kept as the text."""
+    from eagle_mini.methods import method
+    try:
+        for name in text.split(","):
+            method(name.strip())
+    except EagleMiniError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def head_dir(text: str) -> str:
     """--head DIR: a folder that exists (`heads.check_head_dir`), checked before anything loads."""
     from eagle_mini.heads import check_head_dir

@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 from eagle_mini.cli.common import (add_decode_target_args, add_head_args, command_line, fmt, head_for,
-                                   head_dir, load, positive_int, refuse_ignored, tree_arg)
+                                   head_dir, load, method_names, positive_int, refuse_ignored,
+                                   tree_arg)
 from eagle_mini.errors import EagleMiniError
 
 
@@ -245,7 +246,7 @@ def add_check_lossless(sub):
     add_head_args(c)
     c.add_argument("--n", type=positive_int, default=20, help="number of MT-bench prompts")
     c.add_argument("--max-new-tokens", type=positive_int, default=64)
-    c.add_argument("--methods", default="eagle,eagle2")
+    c.add_argument("--methods", type=method_names, default="eagle,eagle2")
     c.add_argument("--out", default=None, help="JSON path (default data/results/check_lossless"
                                                   ".json; with --matmul-precision high or medium, "
                                                   "check_lossless_matmul_<precision>.json; with "
@@ -284,7 +285,7 @@ def add_bench(sub):
     add_decode_target_args(b)
     b.add_argument("--head", type=head_dir, default=None,
                    help="draft head directory (default: shipped head)")
-    b.add_argument("--methods", default=",".join(BENCH_DEFAULT),
+    b.add_argument("--methods", type=method_names, default=",".join(BENCH_DEFAULT),
                    help="comma-separated; eagle3 (needs an EAGLE-3 head) runs when named")
     b.add_argument("--dataset", default="mtbench", choices=["mtbench", "humaneval", "sharegpt-test"])
     b.add_argument("--n", type=positive_int, default=10)
