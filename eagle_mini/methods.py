@@ -19,7 +19,7 @@ tree spec in place of a row's.
 from dataclasses import dataclass, field
 
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.tree import DynamicTree, Tree, tree_from_spec
+from eagle_mini.tree import SPEC_FORMS, DynamicTree, Tree, UnknownTreeSpec, tree_from_spec
 
 VANILLA, HF_GENERATE, HF_PROMPT_LOOKUP = "vanilla", "hf-generate", "hf-prompt-lookup"
 EAGLE_CHAIN, EAGLE, EAGLE2, AUTO, EAGLE3 = "eagle-chain", "eagle", "eagle2", "auto", "eagle3"
@@ -75,17 +75,32 @@ def method(name: str) -> Method:
     return BY_NAME[name]
 
 
+# The method names whose tree `resolve_tree` reads from the table (not `auto`'s, measured).
+TREE_NAMES = [m.name for m in METHODS if m.is_eagle and m.tree != MEASURED]
+
+
+def tree_forms() -> str:
+    """Every form of tree `resolve_tree` takes, for help texts and errors: the method names, then
+    the spec forms (`tree.SPEC_FORMS`)."""
+    return f"a method name ({', '.join(TREE_NAMES)}), {SPEC_FORMS}"
+
+
 def resolve_tree(tree):
     """What a `Drafter` drafts: a `Tree` or `DynamicTree` as given, a method name's tree from the
-    table, or any spec `tree.tree_from_spec` reads ("eagle1", "chain:K", "dynamic:T,D,K", JSON)."""
+    table, or any spec `tree.tree_from_spec` reads ("eagle1", "chain:K", "dynamic:T,D,K", JSON).
+    The one reader of trees: Python's `tree=` and the CLI's `--tree` both come here."""
     if isinstance(tree, (Tree, DynamicTree)):
         return tree
     if isinstance(tree, str) and tree in BY_NAME:
         row = BY_NAME[tree]
         if row.tree is None:
-            raise EagleMiniError(f"{tree!r} drafts no tree; EAGLE methods: {', '.join(EAGLE_METHODS)}")
+            raise EagleMiniError(f"{tree!r} drafts no tree; methods with a tree: {', '.join(TREE_NAMES)}")
         if row.tree == MEASURED:
-            raise EagleMiniError(f"{tree!r}'s tree is measured on the machine: resolve it with "
-                                 "eagle_mini.runtime.run.method_tree(target, head, name)")
+            raise EagleMiniError(f"{tree!r}'s tree is measured on the machine: use the method "
+                                 f"{tree!r} (CLI: --method {tree}; Python: "
+                                 "eagle_mini.runtime.run.method_tree(target, head, name))")
         return tree_from_spec(row.tree)
-    return tree_from_spec(tree)
+    try:
+        return tree_from_spec(tree)
+    except UnknownTreeSpec:
+        raise EagleMiniError(f"tree spec must be one of: {tree_forms()}; got {tree!r}") from None

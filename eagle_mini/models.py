@@ -13,6 +13,7 @@ changes greedy outputs.
     >>> target = load_target("smollm2-135m")            # doctest: +SKIP
     >>> target = tiny_target("qwen3", seed=0)             # random weights, built in memory
 """
+import functools
 import os
 import shutil
 import tempfile
@@ -136,6 +137,59 @@ def convert_gguf(asset: str, out_dir: Path, eos: list[str]) -> Path:
     return out_dir
 
 
+# The device kinds a target can run on, and the torch module that says whether this machine has one.
+DEVICE_KINDS = ("cpu", "cuda", "mps", "xpu")
+
+
+def available_devices() -> list[str]:
+    """The devices this machine can run a target on, e.g. ['cpu'] or ['cpu', 'cuda:0', 'cuda:1']."""
+    out = ["cpu"]
+    if torch.cuda.is_available():
+        out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        out.append("mps")
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        out += [f"xpu:{i}" for i in range(torch.xpu.device_count())]
+    return out
+
+
+def check_device(device) -> str:
+    """`device` as given when this machine has it, else a one-line error naming the devices it
+    has. A torch built without CUDA (`torch.backends.cuda.is_built()` False) is told apart from a
+    machine without a GPU: the fix differs (install a CUDA build of torch, or use a GPU machine).
+
+        >>> check_device("cpu")
+        'cpu'
+    """
+    text = str(device)
+    have = ", ".join(available_devices())
+    try:
+        kind, index = torch.device(text).type, torch.device(text).index
+    except RuntimeError:
+        raise EagleMiniError(f"unknown device {text!r}: use one of {', '.join(DEVICE_KINDS)} "
+                             f"(optionally :INDEX); this machine has {have}") from None
+    if kind == "cpu":
+        return text
+    if kind == "cuda" and not torch.backends.cuda.is_built():
+        raise EagleMiniError(f"device {text!r}: this torch ({torch.__version__}) was built without "
+                             f"CUDA; install a CUDA build of torch (README.md, 'On a GPU'), or use "
+                             f"what this machine has: {have}")
+    if kind == "mps" and not torch.backends.mps.is_built():
+        raise EagleMiniError(f"device {text!r}: this torch ({torch.__version__}) was built without "
+                             f"MPS (Apple GPUs); this machine has {have}")
+    if kind not in DEVICE_KINDS:
+        raise EagleMiniError(f"device {text!r} is not one a target runs on here: use one of "
+                             f"{', '.join(DEVICE_KINDS)}; this machine has {have}")
+    ours = [d for d in have.split(", ") if d.split(":")[0] == kind]
+    if not ours:
+        why = " (no GPU, or one its driver or CUDA_VISIBLE_DEVICES hides)" if kind == "cuda" else ""
+        raise EagleMiniError(f"device {text!r}: torch sees no {kind.upper()} device on this "
+                             f"machine{why}; this machine has {have}")
+    if index is not None and f"{kind}:{index}" not in ours and kind != "mps":
+        raise EagleMiniError(f"device {text!r} does not exist; this machine has {have}")
+    return text
+
+
 def resolve(name: str) -> str:
     """Model name -> a local directory or a hub id `from_pretrained` understands."""
     if name in KNOWN_TARGETS:
@@ -157,6 +211,36 @@ def resolve(name: str) -> str:
                          "or give a local HF model directory or a hub id (owner/name)")
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """One request to the Hugging Face hub's address (through the proxy the environment names, as
+    the hub's own client does): any answer means it is reachable."""
+    from huggingface_hub import constants
+    try:
+        httpx.head(constants.ENDPOINT, timeout=timeout)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+def offline_unless_reachable() -> bool:
+    """Before a hub id loads: when offline mode is off and the hub cannot be reached, turn it on
+    for this process and its children (`HF_HUB_OFFLINE`), so the hub's client reads its cache
+    and fails at once instead of retrying each file for about a minute. -> offline now. Asked
+    once per process."""
+    from huggingface_hub import constants
+    if constants.HF_HUB_OFFLINE:
+        return True
+    if not _hub_answered():
+        constants.HF_HUB_OFFLINE = True
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    return constants.HF_HUB_OFFLINE
+
+
+@functools.lru_cache(maxsize=1)
+def _hub_answered() -> bool:
+    return hub_reachable()
+
+
 def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
                 pack: bool = True) -> Target:
     """Load a target by course name, local directory or hub id and wrap it in a `Target`.
@@ -169,9 +253,12 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
     `random:<name>` (e.g. `random:vicuna-7b`) builds that architecture with random weights directly
     on `device`: the verification cost curve at 7B scale needs no download.
     """
+    check_device(device)
     if name.startswith("random:"):
         return random_big_target(name.split(":", 1)[1], dtype, device)
     where = resolve(name)
+    if not Path(where).is_dir():   # a hub id
+        offline_unless_reachable()
     try:
         with quiet_hf():
             tokenizer = AutoTokenizer.from_pretrained(where)

@@ -44,10 +44,16 @@ EAGLE1_CHOICES = [
     [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
 ]
 
-_ACCEPTED_SPECS = ("tree spec must be one of: 'eagle1' or 'default' (EAGLE-1 mc_sim_7b_63), "
-                   "'chain:K' (K >= 0 draft tokens in a row), a JSON list of choices such as "
-                   "'[[0], [1], [0, 0]]', a path to a .json file holding such a list, "
-                   "or a list of choices")
+# Every spec form `tree_from_spec` reads, with its bounds; `methods.resolve_tree` adds the names of
+# the methods whose trees it reads too.
+SPEC_FORMS = ("'eagle1' or 'default' (EAGLE-1 mc_sim_7b_63), 'chain:K' (K >= 1 draft tokens in a "
+              "row), 'dynamic:TOTAL,DEPTH,TOPK' (EAGLE-2, TOTAL >= 2 nodes with the root, "
+              "DEPTH >= 1, TOPK >= 1), a JSON list of choices such as '[[0], [1], [0, 0]]', a path "
+              "to a .json file holding such a list, or a list of choices")
+
+
+class UnknownTreeSpec(EagleMiniError):
+    """A tree spec in none of the forms (`SPEC_FORMS`); its message lists them."""
 
 
 def _as_int(x, what: str) -> int:
@@ -269,7 +275,7 @@ def parse_tree(spec) -> Tree:
             if not path.is_file():
                 raise EagleMiniError(f"tree file not found: {path}")
             return from_choices(_load_json(path.read_text(), str(path)))
-    raise EagleMiniError(f"{_ACCEPTED_SPECS}; got {spec!r}")
+    raise UnknownTreeSpec(f"tree spec must be one of: {SPEC_FORMS}; got {spec!r}")
 
 
 def _load_json(text: str, where: str):

@@ -149,3 +149,16 @@ def test_an_exact_bench_also_times_stock_vanilla_and_holds_eagle_to_the_faster()
     plain = bench(stock_target, new_head(stock_target), ["vanilla"], prompts=[[1, 2, 3]],
                   max_new_tokens=4, progress=False, curve_repeats=1, curve_rounds=1)
     assert "stock_vanilla" not in plain and plain["baseline"]["name"] == "vanilla"
+
+
+def test_a_bench_without_eagle_methods_plots_without_a_legend_warning(tmp_path):
+    """No EAGLE method, no cycles to plot: the panel says so instead of asking matplotlib for an
+    empty legend (which warns)."""
+    import warnings
+    target = tiny_target("llama", seed=0, vocab_size=64)
+    result = bench(target, new_head(target), ["vanilla"], prompts=[[1, 2, 3]], max_new_tokens=4,
+                   progress=False, curve_repeats=1, curve_rounds=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = save(result, tmp_path)
+    assert (out / "bench.png").stat().st_size > 0

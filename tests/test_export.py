@@ -206,3 +206,71 @@ def test_the_files_rms_norm_eps_is_honoured_and_kept(tmp_path):
     assert ours.norm.variance_epsilon == 1e-2
     again = export_eagle3(ours, target, tmp_path / "again")
     assert json.loads((again / "config.json").read_text())["rms_norm_eps"] == 1e-2
+
+
+# --- the shipped heads through `export` -----------------------------------------------------------
+def draft_logits_of(head, target, n=5):
+    """The head's draft logits on the target's own features of a short text: [n, draft_vocab]."""
+    ids = torch.tensor([target.chat_ids("Why is the sky blue?")[:n + 1]])
+    with torch.no_grad():
+        out = target.model(ids, output_hidden_states=True)
+        layers = getattr(head, "aux_layers", None)
+        features = (torch.cat([out.hidden_states[i] for i in layers], dim=-1) if layers
+                    else out.hidden_states[-1])
+        return head.draft_logits(head(features[:, :n], ids[:, 1:n + 1])[0])
+
+
+def test_the_default_head_exports_in_the_eagle1_layout_and_drafts_alike_loaded_back(
+        tmp_path, smollm, capsys):
+    """The shipped default head has a reduced draft vocabulary, which EAGLE-1's layout cannot hold:
+    `export` writes its weights over the full vocabulary and the draft vocabulary as SGLang's
+    token map, and loading both back gives the same head: same draft logits, same decoding."""
+    from eagle_mini import default_head, generate
+    from eagle_mini.cli import main
+    from eagle_mini.heads.formats import TOKEN_MAP, load_official
+    assert main(["export", "--out", str(tmp_path / "e1")]) == 0
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and TOKEN_MAP in said[0] and "full 49,152-token vocabulary" in said[0]
+    shipped, _ = default_head(smollm)
+    assert shipped.draft_vocab_size < smollm.vocab_size
+    back = load_head(tmp_path / "e1", smollm)
+    assert back.meta["format"] == "eagle-1"
+    assert torch.equal(back.draft_to_target, shipped.draft_to_target)
+    assert torch.equal(torch.load(tmp_path / "e1" / TOKEN_MAP), shipped.draft_to_target)
+    # equal weights; the layer's attention kernel may differ (sdpa from the target's config, the
+    # saved head's own default), so the logits agree to float rounding
+    torch.testing.assert_close(draft_logits_of(back, smollm), draft_logits_of(shipped, smollm),
+                               atol=1e-4, rtol=1e-4)
+    a = generate(smollm, shipped, "Name a colour.", 16, tree="eagle2")
+    b = generate(smollm, back, "Name a colour.", 16, tree="eagle2")
+    assert a.output_ids == b.output_ids and a.stats["cycle_lengths"] == b.stats["cycle_lengths"]
+    # without the token map, the same weights draft over the whole vocabulary (an EAGLE-1 reader)
+    (tmp_path / "e1" / TOKEN_MAP).unlink()
+    full = load_official(tmp_path / "e1", smollm)
+    assert full.draft_vocab_size == smollm.vocab_size
+    torch.testing.assert_close(draft_logits_of(full, smollm)[:, shipped.draft_to_target],
+                               draft_logits_of(shipped, smollm), atol=1e-4, rtol=1e-4)
+
+
+def test_export_format_eagle3_writes_the_shipped_eagle3_head_as_its_readme_says(
+        tmp_path, smollm, capsys):
+    from eagle_mini import default_head
+    from eagle_mini.cli import main
+    assert main(["export", "--format", "eagle3", "--out", str(tmp_path / "e3")]) == 0
+    assert "wrote the eagle3 layout" in capsys.readouterr().out
+    state = load_file(tmp_path / "e3" / "model.safetensors")
+    shipped, _ = default_head(smollm, kind="eagle3")
+    assert torch.equal(torch.arange(state["d2t"].numel()) + state["d2t"], shipped.draft_to_target)
+    back = load_head(tmp_path / "e3", smollm)
+    torch.testing.assert_close(draft_logits_of(back, smollm), draft_logits_of(shipped, smollm))
+
+
+def test_a_reduced_vocabulary_head_is_refused_by_the_python_export_unless_asked(tmp_path):
+    from eagle_mini.heads.eagle1 import new_head
+    from eagle_mini.heads.formats import export_official
+    target = tiny_target("llama", seed=0, vocab_size=64)
+    head = new_head(target, seed=0, draft_vocab=list(range(0, 64, 2)))
+    with pytest.raises(EagleMiniError, match=r"full_vocabulary=True\) .* token_map\.pt"):
+        export_official(head, target, tmp_path / "refused")
+    back = load_head(export_official(head, target, tmp_path / "e1", full_vocabulary=True), target)
+    assert torch.equal(back.draft_to_target, head.draft_to_target)

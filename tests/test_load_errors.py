@@ -89,6 +89,8 @@ def fake_loaders(monkeypatch, raises=None, where="tokenizer", tok=None):
 
     monkeypatch.setattr(models, "AutoModelForCausalLM", Model)
     monkeypatch.setattr(models, "AutoTokenizer", Tok)
+    monkeypatch.setattr(models, "offline_unless_reachable", lambda: False)   # asks no network
+    monkeypatch.setattr(models, "check_device", str)   # as if this machine had the GPU asked for
 
 
 # each error where loading raises it: the tokenizer's or the model's from_pretrained; memory can
@@ -171,3 +173,59 @@ def test_vicuna_gets_its_template_and_others_without_one_get_a_one_line_error(na
 def test_a_template_the_tokenizer_has_is_kept(monkeypatch):
     fake_loaders(monkeypatch, where=None, tok=tokenizer("{{ 'own' }}"))
     assert models.load_target("vicuna-7b", pack=False).tokenizer.chat_template == "{{ 'own' }}"
+
+
+@pytest.fixture
+def hub_online_mode(monkeypatch):
+    """Offline mode off, as a new user's shell has it, and restored after the test (the check
+    under test turns it on for the whole process)."""
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    models._hub_answered.cache_clear()
+    yield constants
+    models._hub_answered.cache_clear()
+
+
+def test_an_unreachable_hub_is_asked_once_then_offline_mode_gives_the_line(hub_online_mode,
+                                                                           monkeypatch, capfd):
+    asked = []
+    monkeypatch.setattr(models, "hub_reachable", lambda: asked.append(1) or False)
+    for _ in range(2):
+        assert main(["generate", "--model", "someone/made-up-model", "--prompt", "x"]) == 2
+    err = capfd.readouterr().err
+    assert asked == [1] and hub_online_mode.HF_HUB_OFFLINE
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and all(re.search(WHAT_TO_DO["offline"], line) for line in lines), err
+
+
+def test_a_made_up_hub_id_is_one_line_without_retries(hub_online_mode, capfd):
+    """With or without a network (none here): the hub's client never gets to retry each file."""
+    assert main(["generate", "--model", "someone/made-up-model-45", "--prompt", "x"]) == 2
+    err = capfd.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Retrying" not in err, err
+    assert re.search(WHAT_TO_DO["offline"] + "|" + WHAT_TO_DO["missing"], lines[0]), lines[0]
+
+
+def test_a_device_this_machine_lacks_is_one_line_naming_what_it_has(monkeypatch):
+    """A torch built without CUDA and a machine without a GPU need different fixes: the line
+    says which it is, and names the devices there are."""
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: False)
+    with pytest.raises(EagleMiniError, match=r"built without CUDA.* this machine has: cpu$"):
+        models.check_device("cuda")
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(EagleMiniError, match=r"torch sees no CUDA device .*this machine has cpu$"):
+        models.check_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert models.check_device("cuda:1") == "cuda:1" and models.check_device("cuda") == "cuda"
+    with pytest.raises(EagleMiniError, match=r"'cuda:2' does not exist; this machine has cpu, "
+                                             r"cuda:0, cuda:1"):
+        models.check_device("cuda:2")
+    for bad in ("tpu", "garbage", "meta"):
+        with pytest.raises(EagleMiniError, match="use one of cpu, cuda, mps"):
+            models.check_device(bad)
+    with pytest.raises(EagleMiniError, match="cuda"):   # the Python API checks before loading
+        models.load_target("no-such-model-either", device="cuda:2")

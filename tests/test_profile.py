@@ -34,3 +34,13 @@ def test_cheap_until_stops_at_the_first_n_over_the_limit_even_if_a_later_one_dip
     assert cheap_until(curve) == 2                     # n = 8 dips under 1.25 but n = 4 did not
     assert cheap_until(curve, limit=1.35) == 8
     assert cheap_until({"ns": [1, 2], "relative": [1.0, CHEAP]}) == 1   # the limit itself is not cheap
+
+
+def test_the_profilers_own_start_and_stop_lines_are_not_printed(capfd):
+    """Kineto writes "USDT ... profiler_start" lines to file descriptor 2 below Python: the
+    breakdown silences them, and what Python prints afterwards still shows."""
+    op_breakdown(tiny_target(), ns=(1,), prefix_len=8, repeats=1, warmup=0)
+    import sys
+    print("still here", file=sys.stderr)
+    err = capfd.readouterr().err
+    assert "USDT" not in err and "profiler_start" not in err and "still here" in err

@@ -35,6 +35,50 @@ def share(text: str) -> float:
     return value
 
 
+def device(text: str) -> str:
+    """--device: one this machine has (`models.check_device`), checked before anything loads."""
+    if text == "cpu":
+        return text
+    from eagle_mini.models import check_device
+    try:
+        return check_device(text)
+    except EagleMiniError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def method_names(text: str) -> str:
+    """--methods a,b: every name the table's (`methods.method`), checked before anything loads;
+    kept as the text."""
+    from eagle_mini.methods import method
+    try:
+        for name in text.split(","):
+            method(name.strip())
+    except EagleMiniError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def head_dir(text: str) -> str:
+    """--head DIR: a folder that exists (`heads.check_head_dir`), checked before anything loads."""
+    from eagle_mini.heads import check_head_dir
+    try:
+        check_head_dir(text)
+    except EagleMiniError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def tree_spec(text: str) -> str:
+    """A --tree given as text to pass on as text: checked now by the one reader of trees
+    (`methods.resolve_tree`), kept as the user wrote it."""
+    from eagle_mini.methods import resolve_tree
+    try:
+        resolve_tree(text)
+    except EagleMiniError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def config_from(cls, args, **given):
     """A dataclass `cls` from the parsed options that share a name with its fields (`given`
     overrides or adds fields the options do not name alike)."""
@@ -51,7 +95,8 @@ def add_target_args(p):
     p.add_argument("--model", default="smollm2-135m",
                    help="course target name, local HF model directory, or hub id")
     p.add_argument("--dtype", default="fp32", help="fp32 (default), bf16 or fp16")
-    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--device", type=device, default="cpu",
+                   help="cpu (default), cuda, cuda:N or mps: one this machine has")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--kernels", default="auto",
                    choices=["auto", "packed", "onednn", "mkl", "stock"],
@@ -78,18 +123,47 @@ def add_decode_target_args(p):
 
 
 def add_head_args(p):
-    p.add_argument("--head", default=None,
+    p.add_argument("--head", type=head_dir, default=None,
                    help="draft head directory (default: the shipped head for the target, if any)")
+    from eagle_mini.methods import tree_forms
     p.add_argument("--tree", default=None,
-                   help="tree spec: eagle1 | chain:K | JSON choices | file.json | "
-                        "dynamic:TOTAL,DEPTH,TOPK (overrides the method's default tree)")
+                   help=f"the draft tree, overriding the method's: {tree_forms()}; the same as "
+                        "Python's tree= (methods.resolve_tree)".replace("%", "%%"))
+
+
+def set_threads(threads: int | None) -> None:
+    """--threads N: torch's CPU threads, at most the CPUs this process may run on (more threads
+    than cores only contend for them); a cap is said in one line."""
+    if not threads:
+        return
+    import torch
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cpus and threads > cpus:
+        print(f"eagle-mini: --threads {threads} is more than the {cpus} CPUs this process may use: "
+              f"using {cpus}", file=sys.stderr)
+        threads = cpus
+    torch.set_num_threads(threads)
+
+
+def check_kernels(kernels: str, dtype: str, device: str) -> None:
+    """An explicit packed kind (`--kernels mkl|onednn`) this CPU cannot run in `dtype` is an error
+    before loading, not a silent fall back to the stock kernels (MKL packs fp32 only)."""
+    from eagle_mini.runtime.packed import KINDS, available
+    if kernels not in KINDS or dtype == "auto" or not device.startswith("cpu"):
+        return
+    from eagle_mini.models import torch_dtype
+    if not available(torch_dtype(dtype), kernels):
+        here = [k for k in KINDS if available(torch_dtype(dtype), k)]
+        raise EagleMiniError(f"--kernels {kernels} cannot run {dtype} on this CPU (mkl packs fp32 "
+                             f"only; onednn needs oneDNN, and bf16 support for bf16): use "
+                             + " or ".join(f"--kernels {k}" for k in here + ["stock"])
+                             + (", or --dtype fp32" if dtype != "fp32" else ""))
 
 
 def load(args):
-    import torch
     from eagle_mini.models import load_target
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
+    check_kernels(args.kernels, args.dtype, args.device)
     device = args.device
     if device == "cuda" and "LOCAL_RANK" in os.environ:  # `accelerate launch`: one GPU per process
         device = f"cuda:{os.environ['LOCAL_RANK']}"
@@ -123,9 +197,10 @@ def head_for(args, target, methods=()):
 
 
 def tree_arg(spec):
-    """--tree text -> what `generate` takes; a bad spec fails before any loading."""
-    from eagle_mini.tree import tree_from_spec
-    return None if spec is None else tree_from_spec(spec)
+    """--tree text -> the tree Python's `tree=` gives for it (`methods.resolve_tree`, the one
+    reader of tree names and specs); a bad spec fails before any loading."""
+    from eagle_mini.methods import resolve_tree
+    return None if spec is None else resolve_tree(spec)
 
 
 def refuse_ignored(args, options, why):

@@ -5,18 +5,23 @@ import sys
 from pathlib import Path
 
 from eagle_mini.cli.common import (add_decode_target_args, add_head_args, command_line, fmt, head_for,
-                                   load, positive_int, refuse_ignored, tree_arg)
+                                   head_dir, load, method_names, positive_int, refuse_ignored,
+                                   tree_arg)
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.results import default_out
 
 
 def add_generate(sub):
-    from eagle_mini.methods import DECODERS, VANILLA
-    g = sub.add_parser("generate", help="generate a chat answer and print it (or --json)")
+    from eagle_mini.methods import BY_NAME, DECODERS, VANILLA
+    g = sub.add_parser("generate", help="generate a chat answer and print it (or --json)",
+                       epilog="methods (eagle_mini/methods.py): " + "; ".join(
+                           f"{name}: {BY_NAME[name].about}" for name in DECODERS))
     add_decode_target_args(g)
     g.add_argument("--prompt", required=True, help="user message (goes through the chat template)")
     g.add_argument("--max-new-tokens", type=positive_int, default=128)
-    g.add_argument("--method", default=VANILLA, choices=DECODERS)
+    g.add_argument("--method", default=VANILLA, choices=DECODERS,
+                   help=f"decoding method, default {VANILLA} (the target alone, no draft head): "
+                        f"{', '.join(DECODERS)}; each is described below")
     add_head_args(g)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 1.0: off)")
@@ -243,7 +248,7 @@ def add_check_lossless(sub):
     add_head_args(c)
     c.add_argument("--n", type=positive_int, default=20, help="number of MT-bench prompts")
     c.add_argument("--max-new-tokens", type=positive_int, default=64)
-    c.add_argument("--methods", default="eagle,eagle2")
+    c.add_argument("--methods", type=method_names, default="eagle,eagle2")
     c.add_argument("--out", default=None, help="JSON path (default runs/check_lossless.json; with "
                                                   "--matmul-precision high or medium, "
                                                   "check_lossless_matmul_<precision>.json; with "
@@ -281,8 +286,9 @@ def add_bench(sub):
     from eagle_mini.methods import BENCH_DEFAULT
     b = sub.add_parser("bench", help="EAGLE vs vanilla, HF generate and prompt lookup, side by side")
     add_decode_target_args(b)
-    b.add_argument("--head", default=None, help="draft head directory (default: shipped head)")
-    b.add_argument("--methods", default=",".join(BENCH_DEFAULT),
+    b.add_argument("--head", type=head_dir, default=None,
+                   help="draft head directory (default: shipped head)")
+    b.add_argument("--methods", type=method_names, default=",".join(BENCH_DEFAULT),
                    help="comma-separated; eagle3 (needs an EAGLE-3 head) runs when named")
     b.add_argument("--dataset", default="mtbench", choices=["mtbench", "humaneval", "sharegpt-test"])
     b.add_argument("--n", type=positive_int, default=10)

@@ -2,7 +2,8 @@
 import sys
 from pathlib import Path
 
-from eagle_mini.cli.common import add_target_args, command_line, fmt, head_for, load, positive_int
+from eagle_mini.cli.common import (add_target_args, command_line, fmt, head_dir, head_for, load,
+                                   positive_int, tree_spec)
 from eagle_mini.results import default_out
 
 # `experiment uncertainty`'s knobs: `AblationConfig` fields; None (the default) keeps the size's.
@@ -10,7 +11,7 @@ ABLATION_KNOBS = (("--train-tokens", positive_int), ("--val-tokens", positive_in
                   ("--max-len", positive_int), ("--epochs", positive_int),
                   ("--batch-tokens", positive_int), ("--lr", float), ("--draft-vocab", int),
                   ("--prompts", positive_int), ("--max-new-tokens", positive_int),
-                  ("--tree", str), ("--contexts", positive_int), ("--seed", int),
+                  ("--tree", tree_spec), ("--contexts", positive_int), ("--seed", int),
                   ("--seeds", positive_int), ("--mixed-precision", str))
 
 
@@ -19,7 +20,8 @@ def add_measure_acceptance(sub):
                                                    "T=0/T=1, draft calibration and n-alpha (untimed; "
                                                    "what paper-vs-ours reads)")
     add_target_args(a)
-    a.add_argument("--head", default=None, help="draft head directory (default: shipped head)")
+    a.add_argument("--head", type=head_dir, default=None,
+                   help="draft head directory (default: shipped head)")
     a.add_argument("--n-prompts", type=positive_int, default=24,
                    help="MT-bench first turns, spread over its 8 categories")
     a.add_argument("--max-new-tokens", type=positive_int, default=64)

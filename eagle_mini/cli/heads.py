@@ -4,8 +4,9 @@ import json
 import sys
 from pathlib import Path
 
-from eagle_mini.cli.common import (add_head_args, add_target_args, command_line, config_from,
-                                   fmt, head_for, load, positive_int, share, tree_arg)
+from eagle_mini.cli.common import (add_head_args, add_target_args, command_line, config_from, fmt,
+                                   head_dir, head_for, load, positive_int, set_threads, share,
+                                   tree_arg)
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.training.commands import TrainHeadCommand
 
@@ -31,9 +32,7 @@ def add_dump_features(sub):
 
 def cmd_dump_features(args):
     from eagle_mini.training.features import dump_command
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     m = dump_command(args.model, args.data, args.split, args.max_conversations, args.max_len,
                      args.out, args.start, args.shard_size, args.batch_tokens, args.dtype,
                      args.device, eagle3=args.eagle3)
@@ -170,6 +169,8 @@ def add_eval_head(sub):
     e.add_argument("--n-also", type=positive_int, default=40,
                    help="prompts of each --also set, spread over it")
     e.add_argument("--out", default=None, help="write the metrics JSON here")
+    e.add_argument("--json", action="store_true",
+                   help="print the metrics JSON instead of the one-line summary")
     e.set_defaults(handler=cmd_eval_head)
 
 
@@ -194,10 +195,30 @@ def cmd_eval_head(args):
               **eval_head(target, head, args.n_text, args.n_prompts, args.max_new_tokens,
                           max_len=args.max_len, tree=tree, other_sets=others)}
     text = results_json(result)
-    print(text, end="")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
+    if args.json:
+        print(text, end="")
+        return
+    print(eval_summary(result) + (f"; wrote {args.out}" if args.out else
+                                  "; --json prints the whole result, --out FILE keeps it"))
+
+
+def eval_summary(result: dict) -> str:
+    """eval-head's result in one line: teacher-forced top-1 and n-alpha, then tau per prompt set.
+
+        >>> eval_summary({"test_text": {"top1": 0.7, "alpha": [0.7, float("nan")]},
+        ...               "mtbench": {"tau": 2.0, "tau_se": 0.05, "prompts": 80, "tree": "eagle2"}})
+        'top-1 0.700, n-alpha 0.70/n/a (test split); MT-bench tau 2.00 (se 0.05, 80 prompts, tree eagle2)'
+    """
+    text, mt = result["test_text"], result["mtbench"]
+    alpha = "/".join("n/a" if a != a else f"{a:.2f}" for a in text["alpha"])
+    line = (f"top-1 {fmt(text['top1'], '.3f')}, n-alpha {alpha} (test split); MT-bench tau "
+            f"{fmt(mt['tau'])} (se {fmt(mt.get('tau_se'))}, {mt['prompts']} prompts, tree {mt['tree']})")
+    for name, other in result.get("other_sets", {}).items():
+        line += f"; {name} tau {fmt(other.get('tau'))}"
+    return line
 
 
 def read_eval_results(paths) -> list[dict]:
@@ -270,25 +291,50 @@ def cmd_tau_curve(args):
 
 
 def add_export(sub):
+    from eagle_mini.heads import HEAD_KINDS
+    from eagle_mini.heads.formats import TOKEN_MAP
     o = sub.add_parser("export", help="write a head in its authors' published layout: EAGLE-1 "
                                       "(pytorch_model.bin) or EAGLE-3 (model.safetensors, d2t/t2d)")
     add_target_args(o)
-    o.add_argument("--head", default=None, help="head directory (default: the best shipped head)")
-    o.add_argument("--out", required=True)
+    o.add_argument("--format", default=None, choices=HEAD_KINDS,
+                   help=f"{HEAD_KINDS[0]}: the authors' EAGLE-1 layout (pytorch_model.bin; a head "
+                        f"with a reduced draft vocabulary, as the shipped one, is written over the "
+                        f"full vocabulary with its draft vocabulary as {TOKEN_MAP}, SGLang's "
+                        f"--speculative-token-map); {HEAD_KINDS[1]}: the authors' EAGLE-3 layout "
+                        f"(model.safetensors with d2t/t2d). Default: the head's own kind; without "
+                        f"--head, the best shipped head of this kind")
+    o.add_argument("--head", type=head_dir, default=None,
+                   help="head directory (default: the best shipped head)")
+    o.add_argument("--out", required=True, help="a new or empty folder")
     o.set_defaults(handler=cmd_export)
 
 
 def cmd_export(args):
     """A head in the layout its authors publish and serving engines load."""
-    from eagle_mini.heads.formats import export_eagle3, export_official
-    from eagle_mini.heads import HEAD_KINDS, head_kind
+    from eagle_mini.heads import HEAD_KINDS, config_kind, default_head, head_kind, read_config
+    from eagle_mini.heads.formats import TOKEN_MAP, export_eagle3, export_official
+    out = Path(args.out)
+    if out.is_file() or (out.is_dir() and any(out.iterdir())):
+        raise EagleMiniError(f"--out {args.out} already exists{' and is not empty' * out.is_dir()}: "
+                             "give a new or empty folder")
+    if args.head is not None and args.format is not None:
+        kind = config_kind(read_config(args.head))
+        if kind != args.format:
+            raise EagleMiniError(f"{args.head} holds an {kind} head, which has no {args.format} "
+                                 f"layout: use --format {kind}, or leave --format out")
+    args.kernels = "stock"   # nothing runs a forward: no kernels to choose or time
     target = load(args)
-    head, note = head_for(args, target)
+    head, note = default_head(target, args.head, kind=args.format)
     if head_kind(head) == HEAD_KINDS[1]:
-        out = export_eagle3(head, target, args.out)
-    else:
-        out = export_official(head, target, args.out)
-    print(f"{note}: wrote {head_kind(head)} layout to {out}")
+        export_eagle3(head, target, out)
+        print(f"{note}: wrote the {HEAD_KINDS[1]} layout to {out}")
+        return
+    export_official(head, target, out, full_vocabulary=True)
+    folded = (f"; the EAGLE-1 layout has no draft vocabulary, so the head's weights are written "
+              f"over the full {target.vocab_size:,}-token vocabulary and its {head.draft_vocab_size:,}"
+              f"-token draft vocabulary as {TOKEN_MAP} (SGLang's --speculative-token-map; "
+              f"`load_official` reads both back)") if (out / TOKEN_MAP).exists() else ""
+    print(f"{note}: wrote the {HEAD_KINDS[0]} layout to {out}{folded}")
 
 
 def register(sub):

@@ -37,11 +37,23 @@ def head_kind(head) -> str:
     return getattr(head, "kind", EAGLE1_KIND)
 
 
+def check_head_dir(head_dir) -> Path:
+    """`head_dir` as a Path when it is a folder; a one-line error saying it does not exist (or is
+    a file) otherwise, before any loader looks for the files inside it."""
+    d = Path(head_dir)
+    if not d.exists():
+        raise EagleMiniError(f"draft head folder {head_dir} does not exist")
+    if not d.is_dir():
+        raise EagleMiniError(f"draft head {head_dir} is a file; give the folder that holds a "
+                             "head's config.json and weights")
+    return d
+
+
 def load_head(head_dir, target=None):
     """A head directory in our format (`DraftHead.save`, `Eagle3Head.save`, told apart by the
     config's "kind"), an EAGLE-3 head in the authors' layout (`formats.load_eagle3`) or an official
     EAGLE-1 checkpoint."""
-    d = Path(head_dir)
+    d = check_head_dir(head_dir)
     cfg = read_config(d)
     if EAGLE3_ARCH in cfg.get("architectures", []):   # the authors' EAGLE-3: safetensors or a bin
         return load_eagle3(d, target)

@@ -19,7 +19,12 @@ Serving engines: vLLM's EAGLE model has no fc bias and silently drops `fc.bias`;
 drafts with different numbers than it was trained with. `export_official(..., for_vllm=True)` warns
 about it; train with `fc_bias=False` for such a target.
 
-EAGLE-1 cannot express reduced draft vocabularies or the feature-only / token-only ablation heads.
+EAGLE-1's layout has no place for a reduced draft vocabulary, and none for the feature-only /
+token-only ablation heads. A reduced-vocabulary head is the same fc and layer over a subset of the
+target's lm_head rows, so `full_vocabulary=True` writes those weights over the full vocabulary and
+the draft vocabulary beside them as `token_map.pt`: a tensor of target ids, the hot-token map
+FR-Spec publishes and SGLang reads with `--speculative-token-map`. `load_official` reads it back,
+and the head drafts exactly as before.
 
 **EAGLE-3** (reference §5) has its own layout, the one the authors publish and SGLang / vLLM load
 (`export_eagle3`, `load_eagle3`):
@@ -66,18 +71,23 @@ from eagle_mini.heads.eagle3 import Eagle3Head
 from eagle_mini.heads.base import check_compatible, layer_config
 from eagle_mini.heads.eagle1 import DraftHead
 
-WEIGHTS, CONFIG = "pytorch_model.bin", "config.json"
+WEIGHTS, CONFIG, TOKEN_MAP = "pytorch_model.bin", "config.json", "token_map.pt"
 
 
-def official_state_dict(head: DraftHead, target) -> dict:
-    """The state dict of a released EAGLE-1 head: the target's embedding, then fc and the layer."""
+def official_state_dict(head: DraftHead, target, full_vocabulary: bool = False) -> dict:
+    """The state dict of a released EAGLE-1 head: the target's embedding, then fc and the layer.
+    A head with a reduced draft vocabulary needs `full_vocabulary=True`: the same weights, drafting
+    over the whole vocabulary unless the reader also takes the token map (`export_official`)."""
     check_compatible(head, target)
     if head.input_mode != "feature+token":
         raise EagleMiniError(f"only feature+token heads have an EAGLE-1 format; this head's "
                              f"input_mode is {head.input_mode!r}")
-    if head.draft_vocab_size != target.vocab_size:
-        raise EagleMiniError(f"EAGLE-1 heads use the full vocabulary ({target.vocab_size}); this head "
-                             f"has a reduced draft vocabulary of {head.draft_vocab_size}")
+    if head.draft_vocab_size != target.vocab_size and not full_vocabulary:
+        raise EagleMiniError(f"EAGLE-1's layout has no draft vocabulary, and this head drafts from "
+                             f"a reduced one of {head.draft_vocab_size} (the target's: "
+                             f"{target.vocab_size}): export_official(..., full_vocabulary=True) "
+                             f"writes the same weights over the full vocabulary and the draft "
+                             f"vocabulary as {TOKEN_MAP} (the CLI's `export` does so)")
     state = {"embed_tokens.weight": target.model.model.embed_tokens.weight}
     state.update(head.state_dict())
     # Meta tensors stay put: a shape-only dry run writes a 7B head's layout without its weights.
@@ -93,12 +103,16 @@ def official_config(head: DraftHead, target) -> dict:
     return cfg
 
 
-def export_official(head: DraftHead, target, out_dir, for_vllm: bool = False) -> Path:
+def export_official(head: DraftHead, target, out_dir, for_vllm: bool = False,
+                    full_vocabulary: bool = False) -> Path:
     """Write `head` as a released EAGLE-1 checkpoint (pytorch_model.bin + config.json) in `out_dir`.
 
     for_vllm: warn if the fc has a bias, which vLLM's EAGLE model drops without a word.
+    full_vocabulary: a head with a reduced draft vocabulary is written over the full vocabulary,
+    its draft vocabulary as `token_map.pt` (SGLang's `--speculative-token-map`); without it such a
+    head is refused.
     """
-    state = official_state_dict(head, target)
+    state = official_state_dict(head, target, full_vocabulary)
     if for_vllm and "fc.bias" in state:
         warnings.warn("vLLM's EAGLE model has no fc bias and silently drops fc.bias: this head "
                       "will draft differently there. Train with fc_bias=False for vLLM.",
@@ -107,7 +121,23 @@ def export_official(head: DraftHead, target, out_dir, for_vllm: bool = False) ->
     out.mkdir(parents=True, exist_ok=True)
     torch.save(state, out / WEIGHTS)
     (out / CONFIG).write_text(json.dumps(official_config(head, target), indent=2))
+    if head.draft_vocab_size != target.vocab_size:
+        torch.save(head.draft_to_target.cpu().clone(), out / TOKEN_MAP)
     return out
+
+
+def read_token_map(path: Path, vocab_size: int) -> torch.Tensor:
+    """A hot-token map (`TOKEN_MAP`): distinct target ids, as a 1-D integer tensor (or a list)."""
+    try:
+        ids = torch.as_tensor(torch.load(path, map_location="cpu", weights_only=True))
+    except (pickle.UnpicklingError, RuntimeError, EOFError, TypeError, ValueError) as e:
+        raise EagleMiniError(f"{path} is not a readable token map: "
+                             f"{(str(e).splitlines() or [type(e).__name__])[0]}") from None
+    if (ids.dim() != 1 or ids.is_floating_point() or ids.numel() == 0
+            or ids.unique().numel() != ids.numel() or not 0 <= int(ids.min()) <= int(ids.max()) < vocab_size):
+        raise EagleMiniError(f"{path} is not a token map: expected distinct target ids in "
+                             f"[0, {vocab_size}) as a 1-D integer tensor")
+    return ids.long()
 
 
 def _read_state_dict(path: Path) -> dict:
@@ -126,7 +156,8 @@ def load_official(head_dir, target=None) -> DraftHead:
     """Load a released EAGLE-1 head; with `target`, check it fits and attach it.
 
     The file's config describes one layer; the head's `target_config` is the target's own config
-    when a target is given, else the file's.
+    when a target is given, else the file's. A `token_map.pt` beside it (`export_official`) gives
+    the head its reduced draft vocabulary.
     """
     d = Path(head_dir)
     for name in (CONFIG, WEIGHTS):
@@ -150,7 +181,9 @@ def load_official(head_dir, target=None) -> DraftHead:
         kw = {k: v for k, v in cfg.items() if k not in ("model_type", "bias")}
         target_config = AutoConfig.for_model(model_type, **kw)
     fc_bias = bool(cfg.get("bias", "fc.bias" in state))
-    head = DraftHead(target_config, fc_bias=fc_bias,
+    draft_vocab = (read_token_map(d / TOKEN_MAP, target_config.vocab_size)
+                   if (d / TOKEN_MAP).exists() else None)
+    head = DraftHead(target_config, fc_bias=fc_bias, draft_vocab=draft_vocab,
                      target_name=target.name if target is not None else d.name)
     embed = state.pop("embed_tokens.weight", None)
     want = (target_config.vocab_size, target_config.hidden_size)

@@ -434,7 +434,11 @@ def save(result, out_dir) -> Path:
     axes[1].set_xlabel("tokens added per verification cycle (tau per cycle)")
     axes[1].set_ylabel("cycles")
     axes[1].set_title("distribution of tokens per cycle", fontsize=9)
-    axes[1].legend(fontsize=8)
+    if axes[1].get_legend_handles_labels()[0]:   # only the EAGLE methods have cycles to show
+        axes[1].legend(fontsize=8)
+    else:
+        axes[1].text(0.5, 0.5, "no EAGLE method in this run", ha="center", va="center",
+                     transform=axes[1].transAxes)
     eagle2 = result["methods"].get(EAGLE2, {})   # pairs from a run, or the bins a saved file keeps
     cal = calibration_bins(eagle2["calibration"]) if eagle2.get("calibration") else eagle2.get(
         "calibration_bins", [])

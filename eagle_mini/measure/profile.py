@@ -4,6 +4,9 @@ The cost curve itself, c(n)/c(1), is the runtime's (`eagle_mini/runtime/cost.py`
 kernel choice read it. This module takes one forward of that curve apart, op by op, so that a
 reader can see whether the matmuls, attention or the Python between ops make a step slow.
 """
+import contextlib
+import os
+import sys
 import time
 
 import torch
@@ -45,6 +48,23 @@ def op_family(name: str) -> str:
     return next((f for f, names in OP_FAMILIES.items() if base in names), "other ops")
 
 
+@contextlib.contextmanager
+def quiet_native_stderr():
+    """Silence what native code writes to file descriptor 2 meanwhile: the profiler's library
+    (Kineto) prints "STAGE ..." and "USDT ... profiler_start" lines there on every start and stop,
+    below Python's `sys.stderr`, and reads its log level (`KINETO_LOG_LEVEL`) only where the
+    process started. A Python exception still reaches the user: its traceback prints after."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 @torch.no_grad()
 def op_breakdown(target, ns=(1, 2, 16), prefix_len: int = 200, repeats: int = 5, warmup: int = 2,
                  seed: int = 0) -> dict:
@@ -63,7 +83,7 @@ def op_breakdown(target, ns=(1, 2, 16), prefix_len: int = 200, repeats: int = 5,
         for _ in range(warmup):
             target.forward(tokens, cache, tree_mask=mask)
             crop_cache(cache, prefix_len)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
             t = time.perf_counter()
             for _ in range(repeats):
                 target.forward(tokens, cache, tree_mask=mask)

@@ -37,6 +37,8 @@ from contextlib import contextmanager
 from difflib import SequenceMatcher
 from pathlib import Path
 
+from eagle_mini.errors import EagleMiniError
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "runs" / "browser"   # screenshots and the JupyterLab log
 TIMEOUT = 600.0                   # seconds for one Run All
@@ -372,6 +374,9 @@ def check_notebooks(notebooks=(), out: Path = OUT, timeout: float = TIMEOUT) -> 
     notebook, screenshots in `out`. -> 1 if any failed, else 0."""
     out = Path(out)
     notebooks = [Path(p) for p in notebooks] or widget_notebooks(ROOT / "notebooks")
+    missing = [str(p) for p in notebooks if p.suffix != ".ipynb" or not p.is_file()]
+    if missing:   # before a browser or a server starts
+        raise EagleMiniError(f"{', '.join(missing)}: not a notebook file")
     if not notebooks:
         print("no numbered notebook has widgets: nothing to test")
         return 0

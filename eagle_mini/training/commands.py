@@ -61,6 +61,33 @@ class TrainHeadCommand:
     log_every: int = TrainConfig.log_every
     seed: int = TrainConfig.seed
 
+    def __post_init__(self):
+        """Bad values fail here, in one line, before a target loads or a step runs."""
+        import math
+        for flag, value, ok, want in (
+                ("--lr", self.lr, self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "> 0"),
+                ("--warmup", self.warmup, self.warmup >= 0, ">= 0"),
+                ("--start", self.start, self.start is None or self.start >= 0, ">= 0"),
+                ("--draft-vocab", self.draft_vocab, self.draft_vocab >= 0, ">= 0 (0: the target's)"),
+                ("--ce-vocab", self.ce_vocab, self.ce_vocab >= 0, ">= 0 (0: all)"),
+                ("--eval-every", self.eval_every, self.eval_every >= 0, ">= 0 (0: at the end)"),
+                ("--norm-init-scale", self.norm_init_scale, 0 <= self.norm_init_scale <= 1,
+                 "in [0, 1]"),
+                ("--unroll-decay", self.unroll_decay, 0 < self.unroll_decay <= 1, "in (0, 1]")):
+            if not ok:
+                raise EagleMiniError(f"{flag} must be {want}, got {value}")
+        if self.mix_sharegpt and not self.regenerated:
+            raise EagleMiniError("--mix-sharegpt goes with --regenerated: it mixes ShareGPT's own "
+                                 "replies into the target's")
+        if self.features and self.regenerated:
+            raise EagleMiniError("--regenerated goes with --stream, not with --features")
+        for flag, path in (("--features", self.features), ("--init", self.init),
+                           ("--regenerated", self.regenerated)):
+            if path and not Path(path).exists():
+                raise EagleMiniError(f"{flag} {path} does not exist")
+        if Path(self.out).is_file():
+            raise EagleMiniError(f"--out {self.out} is a file: give the folder the head goes to")
+
 
 def frequent_tokens(target, n: int, conversations: int = 2000) -> list[int]:
     """The n most frequent assistant (loss-masked) tokens of the first train conversations."""
@@ -182,9 +209,6 @@ def training_head(cmd: TrainHeadCommand, target):
 
 def train_command(cmd: TrainHeadCommand, target, log=print) -> dict:
     """Build or continue a head, train it, export it (bf16) with its metrics."""
-    if cmd.mix_sharegpt and not cmd.regenerated:
-        raise EagleMiniError("--mix-sharegpt goes with --regenerated: it mixes ShareGPT's own "
-                             "replies into the target's")
     mixed, feature_dtype = resolve_precision(cmd.mixed_precision, cmd.feature_dtype,
                                              target.device.type, log)
     lr = cmd.lr
@@ -231,10 +255,31 @@ def train_command(cmd: TrainHeadCommand, target, log=print) -> dict:
         head.save(cmd.out, extra=meta)
         plot_log(work / "log.jsonl", Path(cmd.out) / "loss_curve.png")
         write_card(Path(cmd.out), target.name, head, meta)
-        log(f"saved head to {cmd.out}: validation {json.dumps(result['eval'])}")
+        log(f"saved head to {cmd.out}: validation {validation_line(result['eval'])}")
     else:
         log(f"stopped at step {state['step']} of {cfg.steps}; run the same command to resume")
     return result
+
+
+def validation_line(metrics: dict) -> str:
+    """`evaluate_head`'s metrics as one log line: null where no position could be counted (NaN in
+    the metrics), and why. n-alpha counts the positions whose n earlier drafts were all right; a
+    small validation set may have none.
+
+        >>> validation_line({"top1": 0.5, "alpha": [0.5, float("nan")], "counts": [[1, 2], [0, 0]]})
+        '{"top1": 0.5, "alpha": [0.5, null], "counts": [[1, 2], [0, 0]]}; null: no validation position had 1 draft in a row right (too few tokens: raise --eval-conversations)'
+    """
+    def clean(x):
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return None if isinstance(x, float) and x != x else x
+    line = json.dumps({k: clean(v) for k, v in metrics.items()})
+    empty = [k for k, (_, n) in enumerate(metrics.get("counts", [])) if n == 0]
+    if empty:
+        line += (f"; null: no validation position had {empty[0]} draft{'s' * (empty[0] != 1)} in a "
+                 "row right" if empty[0] else "; null: the validation text has no assistant token")
+        line += " (too few tokens: raise --eval-conversations)"
+    return line
 
 
 def training_source(cmd: TrainHeadCommand, target, cfg: TrainConfig, layers, prior: dict,
@@ -242,8 +287,6 @@ def training_source(cmd: TrainHeadCommand, target, cfg: TrainConfig, layers, pri
     """train-head's batches: stored features, or features streamed from `start` (the target's
     regenerated replies, ShareGPT's mixed in). -> (source, its description for the model card,
     the `regenerate` command that remakes its file or None)."""
-    if cmd.features and cmd.regenerated:
-        raise EagleMiniError("--regenerated goes with --stream, not with --features")
     if cmd.features:
         from eagle_mini.training.features import FeatureDataset
         ds = FeatureDataset(cmd.features)
