@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import eagle_mini.draft
 import eagle_mini.runtime.run
 from eagle_mini import EagleMiniError, generate, generate_vanilla, tiny_target
 from eagle_mini.course.stepper import Stepper
@@ -44,7 +45,8 @@ def world():
             layer.mlp.down_proj.weight.zero_()
         head.fc.weight.copy_(torch.cat([torch.eye(hidden), torch.zeros(hidden, hidden)], dim=1))
         head.fc.bias.zero_()
-        head.layers[0].load_state_dict({k: v for k, v in target.model.model.layers[0].state_dict().items()
+        first = target.model.model.layers[0].state_dict()
+        head.layers[0].load_state_dict({k: v for k, v in first.items()
                                         if not k.startswith("input_layernorm")})
     assert target.context_length == CONTEXT and target.eos_token_ids == set()
     return target, {"eagle1": head, "eagle3": new_eagle3_head(target, warm_start=False)}
@@ -102,32 +104,33 @@ def test_a_prompt_that_leaves_no_position_is_one_line_for_every_method(world, me
             run_method(target, heads, name, leaving(-extra), 8)
 
 
+def stepped(target, head, tree, left: int):
+    """`Stepper` run to the end on a prompt leaving `left` positions; -> its cycles, each cycle's
+    room (the tokens it could still add) and the tree's full size, after checking that stepping
+    is `generate` and vanilla decoding, and that every verified tree fits its room."""
+    prompt = leaving(left)
+    s = Stepper(target, head, prompt, tree, max_new_tokens=64)
+    assert s.run() == generate_vanilla(target, prompt, 64).output_ids and s.stop == "context"
+    gen = generate(target, head, prompt, 64, tree=tree)
+    assert gen.stats["cycle_lengths"] == [len(c.new_tokens) for c in s.cycles]
+    full = resolve_tree(tree)
+    full = full.total_tokens if isinstance(full, DynamicTree) else full.num_nodes
+    rooms = [CONTEXT - c.prefix - 1 for c in s.cycles]
+    assert all(len(c.parents) <= min(room, full) for c, room in zip(s.cycles, rooms))
+    return s.cycles, rooms, full
+
+
 @pytest.mark.parametrize("tree", ["eagle", "eagle-chain", "eagle2"])
 def test_the_last_cycles_shrink_their_tree_down_to_a_vanilla_step(world, tree):
     """Every verified tree fits: at most `room` nodes, the tokens a cycle may still add. Trees
     shrink near the end, and the target accepts a shrunk tree's path down to its deepest level.
     With one position left a cycle verifies the root alone. Stepping is `generate`."""
     target, heads = world
-    full = resolve_tree(tree)
-    full = full.total_tokens if isinstance(full, DynamicTree) else full.num_nodes
-    for left in (20, 2):
-        prompt = leaving(left)
-        s = Stepper(target, heads["eagle1"], prompt, tree, max_new_tokens=64)
-        assert s.run() == generate_vanilla(target, prompt, 64).output_ids and s.stop == "context"
-        gen = generate(target, heads["eagle1"], prompt, 64, tree=tree)
-        assert gen.stats["cycle_lengths"] == [len(c.new_tokens) for c in s.cycles]
-        rooms = [CONTEXT - c.prefix - 1 for c in s.cycles]
-        assert all(len(c.parents) <= min(room, full) for c, room in zip(s.cycles, rooms))
-    shrunk = [c for c, room in zip(*_cycles(target, heads, tree)) if room < full]
+    cycles, rooms, full = stepped(target, heads["eagle1"], tree, left=20)
+    shrunk = [c for c, room in zip(cycles, rooms) if room < full]
     assert shrunk and any(len(c.new_tokens) == max(c.depths) + 1 > 1 for c in shrunk)
-    (last,) = s.cycles          # two positions left: the prefill's token, then one cycle
+    (last,), rooms, _ = stepped(target, heads["eagle1"], tree, left=2)  # prefill's token, 1 cycle
     assert rooms == [1] and last.parents == [-1] and last.path == [0] and len(last.new_tokens) == 1
-
-
-def _cycles(target, heads, tree):
-    s = Stepper(target, heads["eagle1"], leaving(20), tree, max_new_tokens=64)
-    s.run()
-    return s.cycles, [CONTEXT - c.prefix - 1 for c in s.cycles]
 
 
 def test_the_decoder_refuses_a_cycle_once_the_context_is_full(world):
@@ -188,14 +191,28 @@ def test_the_rank_prefix_is_what_keeps_the_pq_rule_exact():
     assert (second_only - P).abs().max() > 0.01
 
 
-@pytest.mark.parametrize("tree", ["eagle1", DynamicTree(total_tokens=8, depth=3, topk=3)],
-                         ids=["EAGLE-1", "EAGLE-2"])
-def test_sampling_through_shrunk_trees_matches_the_exact_joint(tree):
+def last_draws_first(tree: Tree) -> Tree:
+    """The tree with each node's children ranked backwards: a cut of it keeps the last draws."""
+    ranks = list(tree.ranks)
+    for kids in tree.children:
+        for c in kids:
+            ranks[c] = max(tree.ranks[k] for k in kids) - tree.ranks[c]
+    return Tree(tree.parents, ranks)
+
+
+@pytest.mark.parametrize("tree, cut", [
+    pytest.param("eagle1", fit_tree, id="EAGLE-1"),
+    pytest.param(DynamicTree(total_tokens=8, depth=3, topk=3), fit_tree, id="EAGLE-2"),
+    pytest.param("eagle1", lambda tree, n: fit_tree(last_draws_first(tree), n),
+                 id="control-EAGLE-1-cut-keeping-the-last-draws")])
+def test_sampling_through_shrunk_trees_matches_the_exact_joint(monkeypatch, tree, cut):
     """The chi-square test of test_lossless_sampling (half its samples) on a target whose context
     ends 4 tokens after the prompt: every cycle after the prefill verifies a cut tree (3 nodes, then
-    2 or 1), with the close head, whose drafts are often accepted."""
+    2 or 1), with the close head, whose drafts are often accepted. The control cuts EAGLE-1's tree
+    keeping the last draws of q instead of the first: the test rejects it (p < 1e-6)."""
     from test_lossless_sampling import (PROMPT, SAMPLES, WARPS, chi_square_pvalue, close_head,
                                         exact_joint, make_target)
+    monkeypatch.setattr(eagle_mini.draft, "fit_tree", cut)
     torch.set_num_threads(1)
     target = make_target(max_position_embeddings=len(PROMPT) + 4)
     head = close_head(target)
@@ -205,7 +222,8 @@ def test_sampling_through_shrunk_trees_matches_the_exact_joint(tree):
     assert all(g.stats["stop"] == "context" and len(g.output_ids) == 4 for g in gens)
     first_cycle = np.array([g.stats["cycle_lengths"][0] for g in gens])
     assert np.mean(first_cycle == 2) > 0.1     # the 3-node cut tree's draft accepted, often
-    assert chi_square_pvalue([g.output_ids[1:4] for g in gens], law) > 1e-3
+    pvalue = chi_square_pvalue([g.output_ids[1:4] for g in gens], law)
+    assert pvalue > 1e-3 if cut is fit_tree else pvalue < 1e-6
 
 
 @pytest.mark.parametrize("method", ["vanilla", "eagle2"])
@@ -216,7 +234,8 @@ def test_the_cli_says_in_one_line_that_the_context_is_full(world, monkeypatch, c
     from eagle_mini.cli import main
     target, heads = world
     monkeypatch.setattr(cli_decode, "load", lambda args: target)
-    monkeypatch.setattr(cli_decode, "head_for", lambda args, target, names: (heads["eagle1"], "head"))
+    monkeypatch.setattr(cli_decode, "head_for",
+                        lambda args, target, names: (heads["eagle1"], "a head"))
     monkeypatch.setattr(target, "chat_ids", lambda prompt: leaving(5))
     assert main(["generate", "--prompt", "Hi!", "--max-new-tokens", "64", "--method", method]) == 0
     err = capsys.readouterr().err.strip().splitlines()
