@@ -20,6 +20,13 @@ tokenising excluded, the same clock for every method; EAGLE splits it into
 bonus token included, prefill not counted (a last cycle cut by `max_new_tokens` or EOS counts the
 tokens kept; None when no cycle ran) -- and `tokens_per_forward` (new tokens / target forwards,
 prefill included). Vanilla decoding's cycle is one plain step, so its tau is 1.
+
+Every loop ends the same way, with `stats["stop"]`: "eos", "max_new_tokens", or "context" when
+the prompt and the output fill the target's context (`token_limit`). A prompt must leave at least
+one position for the output: a prompt of `context_length` tokens is refused (`prepare_prompt`).
+Near the end of the context EAGLE verifies only the part of its tree whose tokens still fit, down
+to the root alone, a vanilla step (`EagleDecoder.room`, `Draft.fit`), so it stops with exactly
+vanilla's tokens.
 """
 import time
 from dataclasses import dataclass, field
@@ -56,6 +63,22 @@ def prepare_prompt(target, prompt) -> list[int]:
     return ids
 
 
+def token_limit(target, prompt_ids, max_new_tokens: int) -> int:
+    """How many tokens a generation may add: `max_new_tokens`, or fewer where the prompt and the
+    output would pass the target's context (they fill at most `context_length` positions)."""
+    return min(max_new_tokens, target.context_length - len(prompt_ids))
+
+
+def limit_stop(produced: int, max_new_tokens: int) -> str:
+    """Why a generation that reached its `token_limit` stopped ("max_new_tokens" when both ends
+    fall on the same token, as vanilla decoding checks it first).
+
+    >>> limit_stop(4, 4), limit_stop(3, 4)
+    ('max_new_tokens', 'context')
+    """
+    return "max_new_tokens" if produced >= max_new_tokens else "context"
+
+
 def check_max_new_tokens(max_new_tokens: int) -> None:
     if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise EagleMiniError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -87,7 +110,7 @@ def generate_vanilla(target, prompt, max_new_tokens: int = 128, temperature: flo
     start = time.perf_counter()
     cache = target.new_cache()
     logits = target.forward(ids, cache, all_logits=False).logits[-1]
-    forwards, out, stop = 1, [], "max_new_tokens"
+    forwards, out, limit = 1, [], token_limit(target, ids, max_new_tokens)
     while True:
         token = next_token(logits, cfg, gen)
         out.append(token)
@@ -96,10 +119,8 @@ def generate_vanilla(target, prompt, max_new_tokens: int = 128, temperature: flo
         if token in target.eos_token_ids:
             stop = "eos"
             break
-        if len(out) >= max_new_tokens:
-            break
-        if len(ids) + len(out) >= target.context_length:
-            stop = "context"
+        if len(out) >= limit:
+            stop = limit_stop(len(out), max_new_tokens)
             break
         logits = target.forward([token], cache).logits[-1]
         forwards += 1
@@ -168,15 +189,24 @@ class EagleDecoder:
 
     @torch.no_grad()
     def draft(self) -> Draft:
-        """The head's draft tree under the current root (EAGLE §3.1 static, EAGLE-2 §4 dynamic)."""
+        """The head's draft tree under the current root (EAGLE §3.1 static, EAGLE-2 §4 dynamic),
+        cut to `room` nodes where the context ends before the whole tree (`Draft.fit`)."""
+        room = self.room
+        if room < 1:
+            raise EagleMiniError(f"the context ({self.target.context_length} tokens) is full: "
+                                 "no token fits after the root")
         start = time.perf_counter()
-        draft = self.drafter.draft(self.root)
+        draft = self.drafter.draft(self.root).fit(room)
         self.seconds["draft"] += time.perf_counter() - start
         return draft
 
-    def fits(self, draft: Draft) -> bool:
-        """Whether the tree fits the target's context after the cached prefix."""
-        return self.cache.get_seq_length() + draft.tree.num_nodes <= self.target.context_length
+    @property
+    def room(self) -> int:
+        """How many tokens the next cycle may add before the context is full: the positions left
+        after the cached prefix and the root. A tree of `room` nodes is as many as fit: a cycle
+        adds its accepted path (at most depth + 1 <= nodes tokens, the bonus included), and the
+        target caches every node; at `room` = 1 the tree is the root alone, a vanilla step."""
+        return self.target.context_length - self.cache.get_seq_length() - 1
 
     @torch.no_grad()
     def verify(self, draft: Draft) -> Verified:
@@ -238,25 +268,20 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
     dec = EagleDecoder(target, head, ids, tree, temperature, top_p, top_k, seed, drafter)
     eos = target.eos_token_ids
     out, cycles, depth_tries, depth_hits, confidence = [dec.root], [], {}, {}, []
-    stop = "eos" if dec.root in eos else "max_new_tokens"
+    limit = token_limit(target, ids, max_new_tokens)
+    hit_eos = dec.root in eos
     if streamer is not None:
         streamer([dec.root])
-    while stop != "eos" and len(out) < max_new_tokens:
+    while not hit_eos and len(out) < limit:
         draft = dec.draft()
-        if not dec.fits(draft):
-            stop = "context"
-            break
         checked = dec.verify(draft)
-        new, hit_eos = kept_tokens(dec.accept(checked), len(out), max_new_tokens, eos)
-        stop = "eos" if hit_eos else stop
+        new, hit_eos = kept_tokens(dec.accept(checked), len(out), limit, eos)
         out.extend(new)
         cycles.append(len(new))
         _count_depths(draft, checked.path, depth_tries, depth_hits, confidence)
         if streamer is not None:
             streamer(new)
-        if len(dec.prompt_ids) + len(out) >= target.context_length:
-            stop = "context"
-            break
+    stop = "eos" if hit_eos else limit_stop(len(out), max_new_tokens)
     seconds = time.perf_counter() - start
     forwards, timer = dec.target_forwards, dec.seconds
     return Generation(dec.prompt_ids, out, target.decode(out), stats={

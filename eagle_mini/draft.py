@@ -23,7 +23,7 @@ import torch
 from eagle_mini.sampling import warp
 from eagle_mini.target import crop_cache
 from eagle_mini.methods import EAGLE2, resolve_tree
-from eagle_mini.tree import DynamicTree, Tree, from_parents
+from eagle_mini.tree import DynamicTree, Tree, fit_tree, from_parents
 
 
 @dataclass
@@ -37,6 +37,17 @@ class Draft:
     valid: torch.Tensor
     confidence: torch.Tensor
     q: torch.Tensor | None = None
+
+    def fit(self, max_nodes: int) -> "Draft":
+        """This draft cut to at most `max_nodes` nodes (`tree.fit_tree`: parents kept before
+        children, each node a prefix of its children in drawing order, so verification stays
+        lossless), e.g. where the target's context ends before the whole tree."""
+        tree, kept = fit_tree(self.tree, max_nodes)
+        if tree is self.tree:
+            return self
+        kept = torch.tensor(kept, device=self.tokens.device)
+        return Draft(tree, self.tokens[kept], self.valid[kept], self.confidence[kept],
+                     None if self.q is None else self.q[kept])
 
 
 class Drafter:

@@ -331,3 +331,38 @@ def tree_from_spec(spec):
     if tree.num_nodes < 2:
         raise EagleMiniError(f"tree {spec!r} has no draft node: nothing would be drafted")
     return tree
+
+
+def fit_tree(tree: Tree, max_nodes: int) -> tuple[Tree, list[int]]:
+    """The part of `tree` that fits `max_nodes` nodes, the root included, and which of `tree`'s
+    nodes it keeps (in the new tree's order): the first `max_nodes` nodes in breadth-first order,
+    each node's children by rank. Down to the root alone, whose verification is a vanilla step.
+
+    The kept nodes are closed under parents, and each keeps a *prefix* of its children in rank
+    order, the order a drafter draws them and verification tries them. That keeps verification
+    lossless (EAGLE §3.3, EAGLE-2 §4): greedy verification accepts a token only where it is the
+    target's argmax, whatever the tree; EAGLE-2's rule (q(x) = 1) is lossless for any fixed
+    children; EAGLE-1's rule (multi-round speculative sampling) is lossless when a node's children
+    are its first k draws without replacement from q, for every k >= 0 (k = 0: the token is drawn
+    from p), and a rank prefix of them is that with a smaller k. Any other cut could keep a later
+    draw without an earlier one, which biases the p/q rule.
+
+    >>> fit_tree(from_choices(EAGLE1_CHOICES), 6)[0].choices()
+    [[0], [1], [2], [3], [0, 0]]
+    >>> fit_tree(Tree([-1, 0, 0, 1], [0, 1, 0, 0]), 2)   # node 2 is rank 0: it goes first
+    (Tree(2 nodes, depth 1, per depth 1/1, 1 paths, top-1), [0, 2])
+    """
+    max_nodes = _as_int(max_nodes, "max_nodes")
+    if max_nodes < 1:
+        raise EagleMiniError(f"a draft tree needs at least its root, got max_nodes={max_nodes}")
+    if tree.num_nodes <= max_nodes:
+        return tree, list(range(tree.num_nodes))
+    kept = [0]
+    for node in kept:   # grows while it is read: breadth-first
+        kept += sorted(tree.children[node], key=lambda c: tree.ranks[c])
+        if len(kept) >= max_nodes:
+            break
+    kept = kept[:max_nodes]
+    index = {node: i for i, node in enumerate(kept)}
+    parents = [-1] + [index[tree.parents[node]] for node in kept[1:]]
+    return Tree(parents, [tree.ranks[node] for node in kept]), kept

@@ -236,12 +236,13 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def make_target():
+def make_target(**config):
     """A 1-layer Llama with 5 tokens whose next-token law is peaked and depends on the context:
     embeddings of RMS 1 (so the layer's input norm is ~ the identity), logits of std ~1.4 and an
-    attention layer strong enough to matter."""
+    attention layer strong enough to matter. `config` overrides fields (a shorter context)."""
     target = tiny_target("llama", seed=0, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, intermediate_size=64)
+                         num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                         **config)
     g = torch.Generator().manual_seed(0)
     model = target.model
     with torch.no_grad():

@@ -60,6 +60,9 @@ def cmd_generate(args):
         print(f"[{args.method}] {s['new_tokens']} tokens in {s['seconds']:.2f} s = "
               f"{s['tokens_per_second']:.1f} tok/s, tau {fmt(s['tau'])} per cycle, "
               f"{s['tokens_per_forward']:.2f} tokens per target forward", file=sys.stderr)
+    if gen.stats.get("stop") == "context":
+        print(f"stopped after {gen.stats['new_tokens']} of {args.max_new_tokens} tokens: the "
+              f"context ({target.context_length} tokens) is full", file=sys.stderr)
 
 
 def _text_streamer(target):

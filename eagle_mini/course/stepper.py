@@ -15,8 +15,9 @@
   each entry of the compacted cache came from (`kept_slots`), found by matching the last layer's
   keys (a target of two layers or more). They equal the prefix plus the accepted path: what `keep_cache_entries` promises.
 
-Stepping until `done` writes exactly `generate`'s tokens (same seed, same cut at EOS and
-`max_new_tokens`). What it leaves out: stop strings, streaming, and the statistics `generate` sums.
+Stepping until `done` writes exactly `generate`'s tokens (same seed, same cut at EOS,
+`max_new_tokens` and the end of the context, where the trees shrink as `generate`'s do). What it
+leaves out: stop strings, streaming, and the statistics `generate` sums.
 
     >>> s = Stepper(target, head, "Why is the sky blue?")   # doctest: +SKIP
     >>> s.step().path, s.output_ids                          # doctest: +SKIP
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from eagle_mini.course.explorer import Explorer
-from eagle_mini.decode import EagleDecoder, kept_tokens
+from eagle_mini.decode import EagleDecoder, kept_tokens, limit_stop, token_limit
 from eagle_mini.methods import EAGLE, EAGLE2, EAGLE_CHAIN
 from eagle_mini.sampling import uniform, warp
 from eagle_mini.verify import verify_sampling
@@ -62,7 +63,7 @@ class Cycle:
     target_choice: list[int]   # the target's argmax after each node
     path: list[int]
     bonus: int
-    new_tokens: list[int]      # what the generation keeps (cut at EOS / max_new_tokens)
+    new_tokens: list[int]      # what the generation keeps (cut at EOS / max_new_tokens / context)
     prefix: int                # target cache entries before the tree
     cache_before: int          # after verification: prefix + tree nodes
     cache_after: int           # after compaction: prefix + accepted path
@@ -132,9 +133,10 @@ class Stepper:
         self.decoder = EagleDecoder(target, head, prompt, tree, temperature, top_p, top_k, seed)
         self.output_ids = [self.decoder.root]
         self.cycles: list[Cycle] = []
+        self.limit = token_limit(target, self.decoder.prompt_ids, max_new_tokens)
         self.stop = "eos" if self.decoder.root in target.eos_token_ids else None
-        if self.stop is None and max_new_tokens <= 1:
-            self.stop = "max_new_tokens"
+        if self.stop is None and self.limit <= 1:
+            self.stop = limit_stop(1, max_new_tokens)
 
     @property
     def done(self) -> bool:
@@ -151,16 +153,13 @@ class Stepper:
             return None
         dec = self.decoder
         draft = dec.draft()
-        if not dec.fits(draft):
-            self.stop = "context"
-            return None
         state = dec.generator.get_state() if dec.generator is not None else None
         verified = dec.verify(draft)
         draws = [] if dec.cfg.greedy else self._replay(verified, state)
         prefix, n = verified.prefix, draft.tree.num_nodes
         before, stable = _tree_keys(dec.cache, prefix), dec.drafter.stable
-        new, hit_eos = kept_tokens(dec.accept(verified), len(self.output_ids),
-                                   self.max_new_tokens, self.target.eos_token_ids)
+        new, hit_eos = kept_tokens(dec.accept(verified), len(self.output_ids), self.limit,
+                                   self.target.eos_token_ids)
         self.output_ids += new
         kept = [prefix + i for i in matched_slots(before, _tree_keys(dec.cache, prefix))]
         cycle = Cycle(len(self.cycles), draft.tokens.tolist(), list(draft.tree.parents),
@@ -171,10 +170,8 @@ class Stepper:
         self.cycles.append(cycle)
         if hit_eos:
             self.stop = "eos"
-        elif len(self.output_ids) >= self.max_new_tokens:
-            self.stop = "max_new_tokens"
-        elif len(dec.prompt_ids) + len(self.output_ids) >= self.target.context_length:
-            self.stop = "context"
+        elif len(self.output_ids) >= self.limit:
+            self.stop = limit_stop(len(self.output_ids), self.max_new_tokens)
         return cycle
 
     def run(self) -> list[int]:

@@ -13,7 +13,8 @@ import time
 
 import torch
 
-from eagle_mini.decode import Generation, cycle_stats, generate, generate_vanilla, prepare_prompt
+from eagle_mini.decode import (Generation, cycle_stats, generate, generate_vanilla, limit_stop,
+                               prepare_prompt, token_limit)
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads import head_kind
 from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
@@ -86,9 +87,10 @@ class ForwardCounter:
 def run_hf(target, prompt, max_new_tokens, options: dict, temperature: float = 0.0,
            top_p: float = 1.0, top_k: int = 0, seed: int | None = 0) -> Generation:
     """Hugging Face `generate` on the target's model with `options`, timed on the same clock, with
-    the stats the package's loops give where they exist."""
+    the stats the package's loops give where they exist; it stops where they stop at the end of the
+    context (`decode.token_limit`), which HF's `generate` does not check."""
     ids = prepare_prompt(target, prompt)
-    kw = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens,
+    kw = {"do_sample": temperature > 0, "max_new_tokens": token_limit(target, ids, max_new_tokens),
           "eos_token_id": sorted(target.eos_token_ids) or None, "pad_token_id": 0, **options}
     if temperature > 0:
         kw["temperature"] = temperature
@@ -107,7 +109,8 @@ def run_hf(target, prompt, max_new_tokens, options: dict, temperature: float = 0
     finally:
         counter.close()
     new = out[0, len(ids):].tolist()
+    stop = "eos" if new[-1] in target.eos_token_ids else limit_stop(len(new), max_new_tokens)
     return Generation(ids, new, target.decode(new), stats={
         "new_tokens": len(new), "seconds": seconds, "tokens_per_second": len(new) / seconds,
-        "target_forwards": counter.calls, **cycle_stats(len(new), counter.calls)})
+        "target_forwards": counter.calls, **cycle_stats(len(new), counter.calls), "stop": stop})
 
