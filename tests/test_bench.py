@@ -64,12 +64,16 @@ def test_relative_cost_interpolates_the_curve():
 def test_why_slower_reads_break_even_tau_off_the_curve():
     # c(1) = 10 ms; a 4-token tree costs 2.0x; drafting 4 ms per cycle is 0.4x: break-even tau 2.4
     curve = {"ns": [1, 2, 4], "relative": [1.0, 1.5, 2.0], "median_ms": [10.0, 15.0, 20.0]}
-    stats = {"cycle_lengths": [2, 1, 3, 2], "draft_seconds": 0.016, "tau": 2.0}
-    line = why_slower(stats, curve, 4, 0.8)
+    stats = {"cycle_lengths": [2, 1, 3, 2], "draft_seconds": 0.016}
+    line = why_slower([stats], curve, 4, 0.8)
     assert "costs 2.00x one token" in line and "drafting 0.40x" in line
     assert "must accept 2.40 tokens" in line and "tau 2.00" in line and "outside" not in line
+    # rounds pool: tau over every cycle, draft time over every cycle
+    two = why_slower([stats, {"cycle_lengths": [4, 4], "draft_seconds": 0.008}], curve, 4, 0.8)
+    assert "tau 2.67" in two and "drafting 0.40x" in two
     # tau above break-even but still slower: the gap is time the cost model does not see
-    assert "outside the draft and verify forwards" in why_slower({**stats, "tau": 3.0}, curve, 4, 0.9)
+    high = {**stats, "cycle_lengths": [3, 3, 3, 3]}
+    assert "outside the draft and verify forwards" in why_slower([high], curve, 4, 0.9)
 
 
 def test_results_json_writes_rates_with_nothing_to_count_as_null():

@@ -32,6 +32,7 @@ def add_generate(sub):
 
 
 def cmd_generate(args):
+    from eagle_mini.measure.load import LoadWatch, warn
     from eagle_mini.methods import method
     from eagle_mini.runtime.run import run_method
     if not method(args.method).is_eagle:
@@ -48,6 +49,7 @@ def cmd_generate(args):
     streamer = None if args.json else _text_streamer(target)
     sampling = {"temperature": args.temperature, "top_p": 1.0 if args.top_p is None else args.top_p,
                 "top_k": args.top_k or 0, "seed": 0 if args.seed is None else args.seed}
+    watch = LoadWatch()
     gen = run_method(target, head, args.method, args.prompt, args.max_new_tokens,
                      tree=tree, streamer=streamer, **sampling)
     if args.json:
@@ -63,6 +65,7 @@ def cmd_generate(args):
     if gen.stats.get("stop") == "context":
         print(f"stopped after {gen.stats['new_tokens']} of {args.max_new_tokens} tokens: the "
               f"context ({target.context_length} tokens) is full", file=sys.stderr)
+    warn(watch.check())
 
 
 def _text_streamer(target):
@@ -98,6 +101,7 @@ def add_profile_target(sub):
 
 
 def cmd_profile_target(args):
+    from eagle_mini.measure.load import LoadWatch, curve_rounds, warn
     from eagle_mini.runtime.cost import cost_curve, save_curve
     if args.out and Path(args.out).is_dir():
         raise EagleMiniError(f"--out {args.out} is a directory; give a file name such as "
@@ -111,10 +115,14 @@ def cmd_profile_target(args):
     while n <= args.max_n:
         ns.append(n)
         n *= 2
+    watch = LoadWatch()
     curve = cost_curve(target, ns=tuple(ns), prefix_len=args.prefix_len, repeats=args.repeats,
                        with_head=args.with_head, compare_stock=args.compare_stock,
                        compare_exact=args.compare_exact)
     curve["command"] = command_line()
+    curve["machine"]["load"] = watch.check({name: curve_rounds(c) for name, c in (
+        ("cost curve", curve), ("stock kernels", curve.get("stock")),
+        ("stock forward", curve.get("stock_forward"))) if c})
     safe = args.model.replace("/", "_").replace(":", "_")
     out = Path(args.out or default_out(f"cost_curve_{safe}_{args.device}.json"))
     json_path, png = save_curve(curve, out)
@@ -132,13 +140,17 @@ def cmd_profile_target(args):
               + (f"   stock kernels {st:5.2f}" if st is not None else "")
               + (f"   head {hm:6.2f} ms" if hm is not None else ""))
     print(f"wrote {json_path} and {png}")
+    warn(curve["machine"]["load"])
 
 
 def print_op_breakdown(target, args):
     """`profile-target --by-op`: ms per op family at n = 1, 2, 16 and the growth from 1 to 2."""
+    from eagle_mini.measure.load import LoadWatch, warn
     from eagle_mini.measure.profile import op_breakdown
     from eagle_mini.results import results_json
+    watch = LoadWatch()
     r = op_breakdown(target, prefix_len=args.prefix_len, repeats=args.repeats)
+    r["machine"]["load"] = watch.check()
     r["command"] = command_line()
     rows = r["by_n"]
     families = list(rows[0]["family_ms"])
@@ -152,6 +164,7 @@ def print_op_breakdown(target, args):
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(results_json(r, indent=1))
         print(f"wrote {args.out}")
+    warn(r["machine"]["load"])
 
 
 def add_prepare(sub):
@@ -170,6 +183,8 @@ def add_demo(sub):
     add_decode_target_args(d)
     d.add_argument("--prompt", default="Explain in three sentences why the sky is blue.")
     d.add_argument("--max-new-tokens", type=positive_int, default=96)
+    d.add_argument("--rounds", type=positive_int, default=3,
+                   help="timed rounds, the methods interleaved in each as the bench does (default 3)")
     add_head_args(d)
     d.set_defaults(handler=cmd_demo, dtype="auto")
     d.epilog = ("--dtype auto (the demo's default): bf16 where this CPU multiplies bf16 faster and "
@@ -177,12 +192,15 @@ def add_demo(sub):
 
 
 def cmd_demo(args):
-    """The same prompt with vanilla, EAGLE-2 and `auto`: equal texts, tau and the speedups, and
-    where EAGLE is slower on this machine, why (from the cost curve measured here)."""
-    from eagle_mini.methods import EAGLE2, VANILLA
+    """The same prompt with vanilla, EAGLE-2 and `auto`: equal texts, tau and the speedups over
+    vanilla, timed in rounds with the methods interleaved (`measure.bench.interleaved`), and where
+    EAGLE is slower on this machine, why (from the cost curve measured here)."""
+    from eagle_mini.measure.bench import interleaved
+    from eagle_mini.measure.load import LoadWatch, warn
+    from eagle_mini.methods import AUTO, EAGLE2, VANILLA
     from eagle_mini.runtime.auto import auto_tree
-    from eagle_mini.runtime.run import run_method
     from eagle_mini.runtime.cost import cost_curve
+    from eagle_mini.runtime.run import method_tree, run_method
     tree = tree_arg(args.tree)
     target = demo_target(args)
     head, note = head_for(args, target)
@@ -194,15 +212,23 @@ def cmd_demo(args):
     print(f"prompt: {args.prompt}\n")
     run_method(target, head, EAGLE2, "Hi!", 8)  # warm-up: first calls pay one-off costs
     curve = cost_curve(target, repeats=3, progress=False)
-    auto_tree(target, head, curve=curve)  # sized once per machine and head, then cached
-    van = run_method(target, head, VANILLA, args.prompt, args.max_new_tokens,
-                     streamer=_text_streamer(target))
+    trees = {EAGLE2: method_tree(target, head, EAGLE2, tree),
+             AUTO: auto_tree(target, head, curve=curve)}  # sized once per machine and head, cached
+    run_method(target, head, AUTO, "Hi!", 8, tree=trees[AUTO])
+    # the answer as it is written: untimed, vanilla's warm-up
+    run_method(target, head, VANILLA, args.prompt, args.max_new_tokens,
+               streamer=_text_streamer(target))
     print("\n")
-    v = van.stats
-    print(f"vanilla greedy : {v['new_tokens']} tokens, {v['tokens_per_second']:.1f} tok/s, "
-          f"1 token per target forward")
-    for line in demo_eagle_lines(target, head, args, tree, van, curve):
+
+    def run(method, prompt, i):
+        gen = run_method(target, head, method, prompt, args.max_new_tokens, tree=trees.get(method))
+        return gen.output_ids, gen.stats
+    watch = LoadWatch()
+    rows, outputs, _ = interleaved(run, (VANILLA, EAGLE2, AUTO), [args.prompt] * args.rounds,
+                                   progress=True, desc="demo rounds")
+    for line in demo_lines(rows, outputs, trees, curve):
         print(line)
+    warn(watch.check({m: [s["seconds"] for s in rows[m]] for m in rows}))
 
 
 def demo_target(args):
@@ -221,27 +247,37 @@ def demo_target(args):
     return fastest_exact(load_as, args.device)
 
 
-def demo_eagle_lines(target, head, args, tree, van, curve):
-    """`demo`'s EAGLE-2 and `auto` runs, each line printed as it ends; -> why those slower than
-    vanilla here are slower."""
-    from eagle_mini.methods import AUTO, EAGLE2
+def demo_lines(rows, outputs, trees, curve) -> list[str]:
+    """`demo`'s report from its rounds (`interleaved`: stats and output ids per method, vanilla's
+    first): per method, tok/s pooled over the rounds as the bench pools prompts
+    (`measure.bench.pooled`), tau, whether every round's text is vanilla's, and the speedup over
+    vanilla; then, for an EAGLE method slower than vanilla, why (`why_slower`, from `curve`).
+    `trees`: the tree each EAGLE method ran."""
+    from eagle_mini.measure.bench import pooled
+    from eagle_mini.methods import AUTO, EAGLE2, VANILLA
     from eagle_mini.runtime.auto import tree_tokens, why_slower
-    from eagle_mini.runtime.run import method_tree, run_method
-    v, slower = van.stats, []
-    for method, label in ((EAGLE2, "EAGLE-2 greedy "), (AUTO, "auto (EAGLE-2) ")):
-        chosen = method_tree(target, head, method, tree if method == EAGLE2 else None)
-        run = run_method(target, head, method, args.prompt, args.max_new_tokens, tree=chosen)
-        e = run.stats
-        speedup = v["seconds"] / e["seconds"]
-        print(f"{label}: {e['new_tokens']} tokens, {e['tokens_per_second']:.1f} tok/s, "
-              f"tau {fmt(e['tau'])} tokens per draft-verify cycle "
-              f"({e['tokens_per_forward']:.2f} per target forward, prefill included; tree {e['tree']}), "
-              f"identical text: {van.output_ids == run.output_ids}, "
-              f"speedup {speedup:.2f}x (wall time, this machine)")
+    labels = {VANILLA: "vanilla greedy ", EAGLE2: "EAGLE-2 greedy ", AUTO: "auto (EAGLE-2) "}
+    van, rounds = pooled(rows[VANILLA]), len(rows[VANILLA])
+    lines = [f"{labels[VANILLA]}: {van['new_tokens'] // rounds} tokens, "
+             f"{van['tokens_per_second']:.1f} tok/s, 1 token per target forward (tok/s: "
+             + (f"{rounds} rounds pooled, the methods interleaved in each)" if rounds > 1 else
+                "one round)")]
+    slower = []
+    for method, stats in rows.items():
+        if method == VANILLA:
+            continue
+        e, label = pooled(stats), labels[method]
+        speedup = e["tokens_per_second"] / van["tokens_per_second"]
+        identical = all(out == ref for out, ref in zip(outputs[method], outputs[VANILLA]))
+        lines.append(f"{label}: {e['new_tokens'] // len(stats)} tokens, "
+                     f"{e['tokens_per_second']:.1f} tok/s, tau {fmt(e['tau'])} tokens per draft-verify "
+                     f"cycle ({e['tokens_per_forward']:.2f} per target forward, prefill included; "
+                     f"tree {stats[0]['tree']}), identical text: {identical}, "
+                     f"speedup over vanilla {speedup:.2f}x (wall time, this machine)")
         if speedup < 1.0:
-            slower.append(f"why {label.strip()} is slower here: "
-                          + why_slower(e, curve, tree_tokens(chosen), speedup))
-    return slower
+            slower.append(f"why {label.strip()} is slower than vanilla here: "
+                          + why_slower(stats, curve, tree_tokens(trees[method]), speedup))
+    return lines + slower
 
 
 def add_check_lossless(sub):
@@ -310,19 +346,23 @@ def add_bench(sub):
 
 def cmd_bench(args):
     from eagle_mini.measure.bench import bench, markdown_table, save
+    from eagle_mini.measure.load import LoadWatch, curve_rounds, warn
     target = load(args)
     methods = tuple(m.strip() for m in args.methods.split(","))
     head, note = head_for(args, target, methods)
     print(note, file=sys.stderr)
     n, tokens = (3, 32) if args.quick else (args.n, args.max_new_tokens)
+    watch = LoadWatch()
     result = bench(target, head, methods, args.dataset,
                    n, tokens, args.temperature, args.seed, head_note=note,
                    curve_repeats=3 if args.quick else 5, curve_rounds=args.curve_rounds)
     result["command"] = command_line()
+    result["machine"]["load"] = watch.check({"cost curve": curve_rounds(result["cost_curve"])})
     name = f"bench_{args.model.replace('/', '_')}_{args.device}_{args.dataset}_T{args.temperature:g}"
     out = save(result, Path(args.out or default_out(name + ("_quick" if args.quick else ""))))
     print(markdown_table(result))
     print(f"wrote {out}/bench.json, bench.md, bench.png")
+    warn(result["machine"]["load"])
 
 
 def register(sub):

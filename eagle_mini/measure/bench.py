@@ -14,6 +14,11 @@ Batch size 1.
 In exact mode (`runtime/exact.py`) vanilla runs on the same batch-invariant forward as EAGLE, which
 costs something; the bench then also runs vanilla on the stock forward, interleaved like a method,
 and reports EAGLE against the faster of the two (`stock_vanilla`, `baseline`).
+
+The command also checks the machine (`load.py`): the load average before and after, and the cost
+curve's rounds, which repeat the same work; a busy machine is said in one line and recorded under
+`machine.load`. `demo` times its methods with the same interleaving (`interleaved`), one prompt
+repeated in rounds.
 """
 import json
 import statistics
@@ -108,34 +113,44 @@ def _bench_inputs(methods, dataset, n, prompts):
     return methods, prompts, "custom", prompts[:1]
 
 
-def _interleaved(target, head, methods, prompts, max_new_tokens, temperature, seed, auto_tree,
-                 curve_round, later: set[int], progress, variants=None) -> tuple[dict, dict, list]:
-    """Every method on every prompt, the order rotating per prompt, with the later cost-curve
-    rounds between them: (stats per method, output ids per method, those rounds)."""
-    rows, outputs, rounds = defaultdict(list), defaultdict(list), []
-    bar = _progress(len(prompts) * len(methods), progress)
+def interleaved(run, methods, prompts, between=None, later=frozenset(), progress=False,
+                desc="bench") -> tuple[dict, dict, list]:
+    """Every method on every prompt, the order rotating per prompt (slow drift of the machine hits
+    every method alike), `between()` called before each prompt index in `later` (`len(prompts)`:
+    after the last): (stats per method, output ids per method, what `between` returned).
+    `run(method, prompt, i) -> (output ids, stats)` is one generation of prompt i. A prompt given
+    k times is k rounds of the same work (`demo`).
+
+        >>> order = []
+        >>> def run(m, prompt, i):
+        ...     order.append(m)
+        ...     return [i], {"seconds": 1.0}
+        >>> rows, outputs, _ = interleaved(run, ("a", "b", "c"), ["Hi"] * 3)
+        >>> order, outputs["b"]
+        (['a', 'b', 'c', 'b', 'c', 'a', 'c', 'a', 'b'], [[0], [1], [2]])
+    """
+    rows, outputs, extra = defaultdict(list), defaultdict(list), []
+    bar = _progress(len(prompts) * len(methods), progress, desc)
     for i, prompt in enumerate(prompts):
         if i in later:
-            rounds.append(curve_round())
+            extra.append(between())
         order = list(methods[i % len(methods):]) + list(methods[:i % len(methods)])
         for m in order:
-            out, stats = run_one(target, head, m, prompt, max_new_tokens, temperature, seed + i,
-                                 auto_tree, variants)
+            out, stats = run(m, prompt, i)
             rows[m].append(stats)
             outputs[m].append(out)
             bar.update(1)
     bar.close()
     if len(prompts) in later:
-        rounds.append(curve_round())
-    return rows, outputs, rounds
+        extra.append(between())
+    return rows, outputs, extra
 
 
 def _method_summaries(target, methods, prompts, rows, outputs, curve, temperature,
                       auto_tree, variants=None) -> dict:
     """Per method, `summarize` against vanilla; where a greedy method parts from vanilla, where
     and how close the choice was (`first_difference_margins`)."""
-    van = rows[VANILLA]
-    van_tps = sum(s["new_tokens"] for s in van) / sum(s["seconds"] for s in van)
+    van_tps = pooled(rows[VANILLA])["tokens_per_second"]
     gaps, out = None, {}
     for m in methods:
         kind = variants[m].method if m in (variants or {}) else m
@@ -180,8 +195,10 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     timed = tuple(methods) + ((STOCK_VANILLA,) if exact else ())
     for m in timed:  # warm-up
         run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree, extra)
-    rows, outputs, more = _interleaved(target, head, timed, prompts, max_new_tokens, temperature,
-                                       seed, auto_tree, curve_round, later, progress, extra)
+    def run(m, prompt, i):
+        return run_one(target, head, m, prompt, max_new_tokens, temperature, seed + i, auto_tree,
+                       extra)
+    rows, outputs, more = interleaved(run, timed, prompts, curve_round, later, progress)
     curve = pool_cost_curves(rounds + more)
     result = {"dataset": dataset, "n": len(prompts), "selection": "evenly spaced over the set",
               "calibration_prompts": len(calibration), "max_new_tokens": max_new_tokens,
@@ -285,13 +302,28 @@ def first_difference_margins(target, prompts, outs, vanilla_outs, gaps) -> dict 
             "share_of_vanilla_gaps_at_most_margin": share}
 
 
-def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature, auto_tree):
+def pooled(stats) -> dict:
+    """Generations pooled as the bench reports a method: tokens over seconds, both summed over every
+    generation (a prompt's rounds, or the prompts), tau over every cycle (`pooled_tau`).
+
+        >>> pooled([{"new_tokens": 10, "seconds": 1.0, "target_forwards": 4},
+        ...         {"new_tokens": 10, "seconds": 3.0, "target_forwards": 6}])["tokens_per_second"]
+        5.0
+    """
     tokens = sum(s["new_tokens"] for s in stats)
     seconds = sum(s["seconds"] for s in stats)
     forwards = sum(s["target_forwards"] for s in stats)
-    row = {"tokens_per_second": tokens / seconds, "speedup": tokens / seconds / vanilla_tps,
-           "tau": pooled_tau(stats)[0], "tokens_per_forward": tokens / max(forwards, 1),
-           "new_tokens": tokens, "seconds": seconds, "equal_to_vanilla": None}
+    return {"tokens_per_second": tokens / seconds, "tau": pooled_tau(stats)[0],
+            "tokens_per_forward": tokens / max(forwards, 1), "new_tokens": tokens,
+            "seconds": seconds}
+
+
+def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature, auto_tree):
+    p = pooled(stats)
+    row = {"tokens_per_second": p["tokens_per_second"],
+           "speedup": p["tokens_per_second"] / vanilla_tps, "tau": p["tau"],
+           "tokens_per_forward": p["tokens_per_forward"], "new_tokens": p["new_tokens"],
+           "seconds": p["seconds"], "equal_to_vanilla": None}
     if temperature == 0:
         # how far from vanilla a mismatch is: whole prompts identical, and the share of tokens
         # produced before the first differing one (in bf16/fp16 a near-tie can flip between a
@@ -309,7 +341,7 @@ def summarize(method, stats, outs, vanilla_outs, vanilla_tps, curve, temperature
                 depth[int(d)].append(a)
         row["acceptance_per_depth"] = {d: statistics.mean(v) for d, v in sorted(depth.items())}
         for part in ("draft", "verify", "other"):
-            row[f"{part}_fraction"] = sum(s[f"{part}_seconds"] for s in stats) / seconds
+            row[f"{part}_fraction"] = sum(s[f"{part}_seconds"] for s in stats) / p["seconds"]
         size = tree_size(method, auto_tree)
         row["tree_size"] = size
         row["predicted_speedup"] = predict(stats, curve, size)
@@ -323,9 +355,9 @@ def tree_size(name, auto_tree) -> int:
     return tree_tokens(auto_tree if name == AUTO else name)
 
 
-def _progress(total, enabled):
+def _progress(total, enabled, desc="bench"):
     from tqdm import tqdm
-    return tqdm(total=total, desc="bench", unit="gen", disable=not enabled)
+    return tqdm(total=total, desc=desc, unit="gen", disable=not enabled)
 
 
 def markdown_table(result) -> str:

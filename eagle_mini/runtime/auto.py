@@ -85,16 +85,18 @@ def tree_tokens(tree) -> int:
     return tree.total_tokens if isinstance(tree, DynamicTree) else tree.num_nodes
 
 
-def why_slower(stats, curve, tree_size: int, speedup: float) -> str:
-    """One line: why an EAGLE run was slower than vanilla here, read off the measured cost curve.
+def why_slower(stats_list, curve, tree_size: int, speedup: float) -> str:
+    """One line: why an EAGLE method's runs (`stats_list`, one or more generations, pooled) were
+    slower than vanilla here, read off the measured cost curve.
 
     A cycle costs c(N)/c(1) to verify and its draft time over c(1) to draft, both in units of one
     vanilla step; it must accept that many tokens to break even, and it accepted tau."""
     verify = relative_cost(curve, tree_size)
     t1 = curve["median_ms"][0] / 1000
-    cycles = max(len(stats["cycle_lengths"]), 1)
-    draft = stats["draft_seconds"] / cycles / t1
-    need, tau = verify + draft, stats["tau"] or 0.0
+    lengths = [n for s in stats_list for n in s["cycle_lengths"]]
+    cycles = max(len(lengths), 1)
+    draft = sum(s["draft_seconds"] for s in stats_list) / cycles / t1
+    need, tau = verify + draft, sum(lengths) / cycles
     line = (f"{speedup:.2f}x because verifying its {tree_size}-token tree costs {verify:.2f}x one "
             f"token on this machine (measured cost curve) and drafting {draft:.2f}x more, so a cycle "
             f"must accept {need:.2f} tokens to break even; it accepted tau {tau:.2f}")
