@@ -19,9 +19,10 @@ declared in `Target.runtime` (`Runtime`):
 
 * `runtime/packed.py` (through `runtime/kernels.py`) routes each linear's `forward` through
   weights laid out once; which kernels run is `runtime.kernels`, and `unpack_linears` undoes it;
-* `runtime/exact.py` swaps linears for fixed-order ones, sets the attention implementation and
-  the config fields that attention reads; its finding is `runtime.exact`, and every change goes
-  through `runtime.edits` (`runtime/state.py`), which saved what was there and restores all of it.
+* `runtime/exact/` swaps linears for fixed-order ones, sets the attention implementation and
+  the config fields that attention reads, and hooks `model.model` to hand every layer the
+  forward's key lists; its finding is `runtime.exact`, and every change goes through
+  `runtime.edits` (`runtime/state.py`), which saved what was there and restores all of it.
 
 A draft head never inherits any of this: it is built from the target config's architecture
 fields only (`heads/base.architecture_config`).

@@ -2,7 +2,7 @@
 
 Why: a one-token forward runs several times above its memory floor, and most of the gap is the
 Python and dispatch cost of many small ops per layer (`profile-target --by-op`). Inductor fuses
-small ops, so it is the established lever. Exact mode (`runtime/exact.py`) adds its own ops (the
+small ops, so it is the established lever. Exact mode (`runtime/exact/`) adds its own ops (the
 blocked attention, the fixed K-chunks of `down_proj`), so this probe compiles, in turn:
 
 * `none`: the eager exact forward, as decoding runs it (the baseline);
@@ -61,8 +61,7 @@ def route_through(model, op):
 
 def run_variant(variant: str, threads: int) -> dict:
     from eagle_mini import load_target
-    from eagle_mini.runtime import exact
-    from eagle_mini.runtime.exact import self_check, use_exact
+    from eagle_mini.runtime.exact import attention, self_check, use_exact
     from eagle_mini.target import crop_cache
 
     torch.set_num_threads(threads)
@@ -71,7 +70,7 @@ def run_variant(variant: str, threads: int) -> dict:
     if not record.exact:
         return {"variant": variant, "error": record.line()}
     if variant == "attention":
-        exact.blocked = torch.compile(exact.blocked, dynamic=True)
+        attention.blocked = torch.compile(attention.blocked, dynamic=True)
     elif variant == "norms+mlp":
         route_through(target.model, onednn_linear_op())
         for layer in target.model.model.layers:

@@ -1,6 +1,6 @@
 """Probe: other ways to make a bf16 tree forward exact, and what each costs against stock.
 
-Exact mode (`runtime/exact.py`) makes every tree node's logits bit-identical to the one-token step
+Exact mode (`runtime/exact/`) makes every tree node's logits bit-identical to the one-token step
 vanilla decoding takes there, by running vanilla and verification through the same batch-invariant
 computation: attention over fixed key blocks (`blocks.blocked`) and `down_proj` summed over fixed
 K-chunks (`FixedKLinear`). Vanilla then pays for it too. This probe asks whether a way exists that
@@ -115,6 +115,8 @@ class Ways:
         self.exact, self.target, self.chunked, self.rows = exact, target, chunked, rows
         self.made = {}
         AttentionInterface.register("eagle_mini_probe_views", views_attention)
+        # each forward's keys made once, as `apply` has them (a no-op outside exact attention)
+        target.model.model.register_forward_pre_hook(exact.pass_keys, with_kwargs=True)
 
     def set(self, way: str):
         exact, model = self.exact, self.target.model

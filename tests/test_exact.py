@@ -1,4 +1,4 @@
-"""Exact verification (`runtime/exact.py`): every tree node's logits bit-identical to vanilla's
+"""Exact verification (`runtime/exact/`): every tree node's logits bit-identical to vanilla's
 one-token step at that node, so EAGLE in bf16 is token-identical to vanilla in bf16.
 
 The oracle is vanilla decoding itself: a prefill of the prefix, then one one-token forward per
@@ -16,8 +16,9 @@ from eagle_mini.decode import generate
 from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.runtime.auto import auto_tree
 from eagle_mini.runtime.cost import cost_curve
-from eagle_mini.runtime.exact import (ATTENTION, FixedKLinear, make_exact, replay_path, restore,
-                                      row_invariant, use_exact)
+from eagle_mini.runtime.exact import (ALONE, ATTENTION, BLOCKS, GROUPED, PREFILL_CHUNK,
+                                      FixedKLinear, apply, attention, make_exact, replay_path,
+                                      restore, row_invariant, use_exact)
 from eagle_mini.runtime.run import run_method
 from eagle_mini.target import crop_cache, keep_cache_entries
 from eagle_mini.tree import DynamicTree, from_parents
@@ -107,6 +108,44 @@ def test_tiny_tree_forwards_equal_their_one_token_replays(dtype):
     assert_tree_cycles_equal_replays(target)
     restore(target)
     assert target.model.config._attn_implementation == "sdpa" and target.exact is None
+
+
+@pytest.mark.parametrize("way", [BLOCKS, GROUPED, ALONE])
+def test_a_forward_makes_its_key_lists_once_and_passes_them_to_every_layer(way, monkeypatch):
+    """Exact mode's hook on the decoder stack makes a forward's key lists (`forward_keys`) once
+    and every layer's attention reads them, in the package's forwards (a prefill long enough to
+    be chunked, a step, a chain, a tree) and in Hugging Face's prompt lookup alike. The oracle: the
+    same attention with no hook, its lists made layer by layer: the same bits, the same tokens."""
+    made = []
+    real = attention.forward_keys
+    monkeypatch.setattr(attention, "forward_keys", lambda *a: made.append(a[1:3]) or real(*a))
+    size = dict(seed=0, dtype="bf16", num_hidden_layers=3)
+    hooked, plain = tiny_target("llama", **size), tiny_target("llama", **size)
+    apply(hooked, {}, way, rows=4)
+    plain.model.set_attn_implementation(ATTENTION)
+    plain.model.config.exact_attention, plain.model.config.exact_rows = way, 4
+    tree = from_parents([-1, 0, 0, 1])
+    logits, forwards = [], []
+    for target in (hooked, plain):
+        made.clear()
+        cache, prompt = target.new_cache(), [i % 200 + 1 for i in range(PREFILL_CHUNK + 9)]
+        logits.append(torch.cat([target.forward(prompt, cache).logits,
+                                 target.forward([5], cache).logits,
+                                 target.forward([6, 7, 8], cache).logits,
+                                 target.forward([1, 2, 3, 4], cache, tree_mask=tree.mask,
+                                                positions=tree.positions(len(prompt) + 4)).logits]))
+        forwards.append(len(made))
+    assert torch.equal(logits[0], logits[1])
+    assert forwards == [4, 4 * 3]                  # once a forward, against once a layer
+    ids = torch.tensor([[1, 2, 3, 1, 2, 3, 1]])
+    made.clear()
+    stack = []
+    counter = hooked.model.model.register_forward_pre_hook(lambda module, args: stack.append(1))
+    out = hooked.model.generate(ids, max_new_tokens=6, do_sample=False, prompt_lookup_num_tokens=2)
+    counter.remove()
+    assert len(made) == len(stack) > 1
+    assert torch.equal(out, plain.model.generate(ids, max_new_tokens=6, do_sample=False,
+                                                 prompt_lookup_num_tokens=2))
 
 
 @pytest.fixture(scope="module")

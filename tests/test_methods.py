@@ -21,8 +21,8 @@ PACKAGE = pathlib.Path(eagle_mini.__file__).parent
 # a head kind (`heads/eagle3.py`'s KIND). The check skips these words in the modules that use them
 # so.
 # the same words meaning a mode ("auto") or a head kind ("eagle3") in these modules
-OTHER_VOCABULARY = {"auto": {"cli", "runtime/kernels.py", "runtime/exact.py", "training/commands.py",
-                             "course/assignments.py", "course/gpu_scale.py"},
+OTHER_VOCABULARY = {"auto": {"cli", "runtime/kernels.py", "runtime/exact/mode.py",
+                             "training/commands.py", "course/assignments.py", "course/gpu_scale.py"},
                     "eagle3": {"heads/eagle3.py", "course/gpu_scale.py"}}
 
 

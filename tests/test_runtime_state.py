@@ -51,6 +51,7 @@ def assert_stock(target, oracle):
     assert target.model.config._attn_implementation == oracle.model.config._attn_implementation
     assert target.model.config.to_dict() == oracle.model.config.to_dict()
     assert target.exact is None and not target.runtime.is_exact
+    assert not target.model.model._forward_pre_hooks      # exact attention's key-list hook is off
     assert torch.equal(tree_logits(target), tree_logits(oracle))
 
 
@@ -144,6 +145,33 @@ def test_model_edits_undo_everything_once_and_suspend_without_rebuilding():
     edits.undo()
     assert isinstance(model[0], nn.Linear) and model.config.kept == 1
     assert not hasattr(model.config, "added") and not edits
+
+
+def test_model_edits_add_a_pre_hook_once_and_take_it_off_with_the_rest():
+    """Exact mode's decoder-stack hook (`exact.attention.pass_keys`) is an edit like the others:
+    asked for again (`apply` once per attention way) it still runs once a forward, and it is off
+    while suspended and after `undo`."""
+    from torch import nn
+    model = nn.Linear(2, 2)
+    model.config = type("Cfg", (), {})()
+    seen = []
+
+    def hook(module, args, kwargs):
+        seen.append(module)
+    edits = ModelEdits(model)
+    edits.pre_hook(model, hook)
+    edits.pre_hook(model, hook)
+    x = torch.ones(1, 2)
+    model(x)
+    assert seen == [model] and edits
+    with edits.suspended():
+        model(x)
+    assert len(seen) == 1
+    model(x)
+    assert len(seen) == 2
+    edits.undo()
+    model(x)
+    assert len(seen) == 2 and not edits
 
 
 def test_hidden_side_effects_are_gone():

@@ -115,7 +115,7 @@ def add_decode_target_args(p):
     """The target's options for a command that decodes or times forwards, plus `--exact`."""
     add_target_args(p)
     p.add_argument("--exact", default="auto", choices=["auto", "on", "off"],
-                   help="batch-invariant verification (runtime/exact.py): every tree node's logits "
+                   help="batch-invariant verification (runtime/exact/): every tree node's logits "
                         "bit-identical to vanilla's one-token step, checked on this machine; auto "
                         "(default): on in bf16/fp16, off in fp32; off: the stock forward, equal to "
                         "vanilla only up to near-ties in bf16, and faster (profile-target "

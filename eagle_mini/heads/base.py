@@ -20,7 +20,7 @@ from eagle_mini.target import attention_mask_4d
 def architecture_config(target_config):
     """A fresh config of the target's class from its architecture fields alone: the fields of its
     `to_dict` that the class itself defines. Nothing a runtime set on the live config comes along
-    (exact mode's fields, `runtime/exact.py`; the attention implementation), so a head made on an
+    (exact mode's fields, `runtime/exact/`; the attention implementation), so a head made on an
     exact or packed target is the head made on a stock one, saves the same `config.json`, and runs
     as it will once loaded from it (HF's default attention for a bare config)."""
     fields = target_config.to_dict()

@@ -11,7 +11,7 @@ with L = tau, the mean tokens per draft-verify cycle (bonus included, prefill no
 (measured in the same run) and t(1) = c(1). The gap between the two is overhead outside both.
 Batch size 1.
 
-In exact mode (`runtime/exact.py`) vanilla runs on the same batch-invariant forward as EAGLE, which
+In exact mode (`runtime/exact/`) vanilla runs on the same batch-invariant forward as EAGLE, which
 costs something; the bench then also runs vanilla on the stock forward, interleaved like a method,
 and reports EAGLE against the faster of the two (`stock_vanilla`, `baseline`).
 

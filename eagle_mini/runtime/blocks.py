@@ -1,4 +1,5 @@
-"""Attention over fixed key blocks: the fast batch-invariant way of `exact.exact_attention`.
+"""Attention over fixed key blocks: the fast batch-invariant way of `exact_attention`
+(`runtime/exact/attention.py`).
 
 A tree query's keys are the committed cache plus its ancestors; the one-token step vanilla makes at
 that node sees the same keys, contiguous. Number them by their place in that "virtual" sequence
@@ -17,16 +18,13 @@ padded with zero rows up to `rows`; `min_rows` measures it), and a product's col
 on how many columns it has. Everything runs in fp32 (the scores of bf16 keys are exact products
 accumulated in fp32), so this attention is no less precise than the stock one.
 """
-import weakref
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 
 
 BLOCK = 64
-_LAST = [None, None]   # (weak reference to a mask, its plan): HF hands every layer the same mask
 
 
 @dataclass
@@ -77,33 +75,23 @@ def tree_plan(ancestors: torch.Tensor, committed: int) -> Plan:
     return Plan(shared, None, index, valid)
 
 
-@lru_cache(maxsize=16)
-def _chain_plan(q: int, keys: int, device: str) -> Plan:
-    return chain_plan(q, keys, device)
-
-
 def plan_of(attention_mask, q: int, k: int, device) -> Plan | None:
     """The plan of a forward: a chain over the whole cache when there is no mask (a one-token
     step, a prefill), else read from the mask (made once per forward, as every layer gets the same
-    mask). None for a mask that hides some committed keys (a draft head growing its tree over its
-    own earlier entries): such a forward is not a step of vanilla decoding, and its caller attends
-    another way."""
+    mask: `exact.attention.forward_keys`). None for a mask that hides some committed keys (a draft
+    head growing its tree over its own earlier entries): such a forward is not a step of vanilla
+    decoding, and its caller attends another way."""
     if attention_mask is None:
-        return _chain_plan(q, k, str(device))
-    if _LAST[0] is not None and _LAST[0]() is attention_mask:
-        return _LAST[1]
+        return chain_plan(q, k, device)
     rows = attention_mask[0, 0]
     allowed = rows if rows.dtype == torch.bool else rows == 0
     committed = k - q
     new = allowed[:, committed:]
     if not bool(allowed[:, :committed].all()):
-        plan = None
-    elif torch.equal(new, torch.ones_like(new).tril()):
-        plan = _chain_plan(q, k, str(device))
-    else:
-        plan = tree_plan(new, committed)
-    _LAST[:] = [weakref.ref(attention_mask), plan]
-    return plan
+        return None
+    if torch.equal(new, torch.ones_like(new).tril()):
+        return chain_plan(q, k, device)
+    return tree_plan(new, committed)
 
 
 def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
