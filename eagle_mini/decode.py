@@ -63,20 +63,36 @@ def prepare_prompt(target, prompt) -> list[int]:
     return ids
 
 
-def token_limit(target, prompt_ids, max_new_tokens: int) -> int:
-    """How many tokens a generation may add: `max_new_tokens`, or fewer where the prompt and the
-    output would pass the target's context (they fill at most `context_length` positions)."""
-    return min(max_new_tokens, target.context_length - len(prompt_ids))
+def token_limit(target, prompt_ids, max_new_tokens: int | None) -> int:
+    """How many tokens a generation may add: `max_new_tokens` (None: no limit of its own), or fewer
+    where the prompt and the output would pass the target's context (they fill at most
+    `context_length` positions)."""
+    room = target.context_length - len(prompt_ids)
+    return room if max_new_tokens is None else min(max_new_tokens, room)
 
 
-def limit_stop(produced: int, max_new_tokens: int) -> str:
+def limit_stop(produced: int, max_new_tokens: int | None) -> str:
     """Why a generation that reached its `token_limit` stopped ("max_new_tokens" when both ends
     fall on the same token, as vanilla decoding checks it first).
 
-    >>> limit_stop(4, 4), limit_stop(3, 4)
-    ('max_new_tokens', 'context')
+    >>> limit_stop(4, 4), limit_stop(3, 4), limit_stop(3, None)
+    ('max_new_tokens', 'context', 'context')
     """
-    return "max_new_tokens" if produced >= max_new_tokens else "context"
+    return "max_new_tokens" if max_new_tokens is not None and produced >= max_new_tokens else "context"
+
+
+def stop_reason(output_ids: list[int], limit: int, max_new_tokens: int | None, eos) -> str | None:
+    """The one stop rule of every decoding loop: after its last token, a generation stops at an
+    EOS token ("eos"), else at its `token_limit` ("max_new_tokens" or "context"); None: it goes on.
+
+    >>> stop_reason([5, 9], 4, 4, eos={9}), stop_reason([5, 6], 2, 4, eos={9}), stop_reason([5], 2, 4, {9})
+    ('eos', 'context', None)
+    """
+    if output_ids[-1] in eos:
+        return "eos"
+    if len(output_ids) >= limit:
+        return limit_stop(len(output_ids), max_new_tokens)
+    return None
 
 
 def check_max_new_tokens(max_new_tokens: int) -> None:
@@ -116,11 +132,8 @@ def generate_vanilla(target, prompt, max_new_tokens: int = 128, temperature: flo
         out.append(token)
         if streamer is not None:
             streamer([token])
-        if token in target.eos_token_ids:
-            stop = "eos"
-            break
-        if len(out) >= limit:
-            stop = limit_stop(len(out), max_new_tokens)
+        stop = stop_reason(out, limit, max_new_tokens, target.eos_token_ids)
+        if stop is not None:
             break
         logits = target.forward([token], cache).logits[-1]
         forwards += 1
@@ -150,30 +163,48 @@ class Verified:
         return self.draft.tokens[self.path[1:]].tolist() + [self.bonus]
 
 
+@dataclass
+class CycleOutcome:
+    """What one draft-verify cycle did (`EagleDecoder.step`): the `draft`, its verification
+    (`verified`: path, bonus, logits), the tokens the generation keeps (`new_tokens`: the accepted
+    path and the bonus, cut at an EOS or the token limit) and `stop`, why the generation stopped
+    after this cycle ("eos", "max_new_tokens", "context"), None while it goes on."""
+    draft: Draft
+    verified: Verified
+    new_tokens: list[int]
+    stop: str | None
+
+
 class EagleDecoder:
     """EAGLE decoding one draft-verify cycle at a time (EAGLE §3, EAGLE-2 §4).
 
-    The constructor runs the prefill and the head over the prompt; then each cycle is
-    `draft()` -> `verify(draft)` -> `accept(verified)`. `output_ids` grows by `accept`'s tokens.
+    The constructor runs the prefill and the head over the prompt; then each cycle is `step()`,
+    or its three parts `draft()` -> `verify(draft)` -> `accept(verified)`. `output_ids` grows by
+    the tokens each cycle keeps, and `stop` says why the generation ended (None until it has):
+    an EOS, `max_new_tokens` (None: only the context limits it) or the end of the context.
     tree: a method name from the table (`eagle_mini/methods.py`), a tree spec ("eagle1",
-    "chain:K", "dynamic:T,D,K", a choices list), a `Tree` or a `DynamicTree`. `drafter` replaces the head's `Drafter` with any
-    object offering `extend`, `draft`, `sampled`, `generator` and `head_forwards`.
+    "chain:K", "dynamic:T,D,K", a choices list), a `Tree` or a `DynamicTree`. `sampling`: a
+    `SamplingConfig` (default greedy). `drafter` replaces the head's `Drafter` with any object
+    offering `extend`, `draft`, `sampled`, `generator` and `head_forwards`.
     """
 
     @torch.no_grad()
-    def __init__(self, target, head, prompt, tree=EAGLE2, temperature: float = 0.0,
-                 top_p: float = 1.0, top_k: int = 0, seed: int | None = 0, drafter=None):
-        self.target, self.cfg = target, SamplingConfig(temperature, top_p, top_k)
+    def __init__(self, target, head, prompt, tree=EAGLE2, sampling: SamplingConfig | None = None,
+                 seed: int | None = 0, drafter=None, max_new_tokens: int | None = None):
+        self.target, self.cfg = target, sampling or SamplingConfig()
         self.tree = resolve_tree(tree)
         self.prompt_ids = prepare_prompt(target, prompt)
+        self.max_new_tokens = max_new_tokens
+        self.limit = token_limit(target, self.prompt_ids, max_new_tokens)
         self.generator = make_generator(seed, target.device)
         if drafter is None:
-            drafter = Drafter(head, self.tree, temperature, top_p, top_k, generator=self.generator)
+            drafter = Drafter(head, self.tree, self.cfg.temperature, self.cfg.top_p, self.cfg.top_k,
+                              generator=self.generator)
         else:
             drafter.generator = self.generator
         self.drafter = drafter
         # an EAGLE-3 head reads the hidden states entering some layers, not the last feature
-        self.layers = getattr(getattr(drafter, "head", None), "aux_layers", None)
+        self.layers = getattr(drafter, "target_layers", None)
         self.rule = SampledTreeRule() if drafter.sampled else TopKTreeRule()
         self.cache = target.new_cache()
         step = target.forward(self.prompt_ids, self.cache, all_logits=False,
@@ -181,11 +212,25 @@ class EagleDecoder:
         self.root = next_token(step.logits[-1], self.cfg, self.generator)
         self.drafter.extend(self._head_input(step), self.prompt_ids[1:] + [self.root])
         self.output_ids = [self.root]
+        self.stop = stop_reason(self.output_ids, self.limit, max_new_tokens, target.eos_token_ids)
         self.target_forwards = 1
         self.seconds = {"draft": 0.0, "verify": 0.0}  # cycles only: drafting + head re-runs, verifying
 
     def _head_input(self, step):
         return step.features if self.layers is None else step.layers
+
+    @torch.no_grad()
+    def step(self, observe=None, inspect=None) -> CycleOutcome:
+        """One draft-verify cycle: draft, verify, accept. `observe(parent, child, token, u, ratio)`
+        sees every draw of sampled verification (`verify_sampling`); `inspect(verified)` runs
+        between verification and compaction, while the target cache still holds the whole tree."""
+        if self.stop is not None:
+            raise EagleMiniError(f"the generation has stopped ({self.stop}): no cycle is left")
+        draft = self.draft()
+        verified = self.verify(draft, observe)
+        if inspect is not None:
+            inspect(verified)
+        return CycleOutcome(draft, verified, self.accept(verified), self.stop)
 
     @torch.no_grad()
     def draft(self) -> Draft:
@@ -209,8 +254,9 @@ class EagleDecoder:
         return self.target.context_length - self.cache.get_seq_length() - 1
 
     @torch.no_grad()
-    def verify(self, draft: Draft) -> Verified:
-        """Score every node in one tree-masked target forward and walk the tree (EAGLE §3.3)."""
+    def verify(self, draft: Draft, observe=None) -> Verified:
+        """Score every node in one tree-masked target forward and walk the tree (EAGLE §3.3);
+        `observe` as in `step`."""
         start = time.perf_counter()
         prefix = self.cache.get_seq_length()
         step = self.target.forward(draft.tokens, self.cache, positions=draft.tree.positions(prefix),
@@ -220,44 +266,50 @@ class EagleDecoder:
             path, bonus = verify_greedy(draft, step.logits)
         else:
             p = warp(step.logits, self.cfg.temperature, self.cfg.top_p, self.cfg.top_k)
-            path, bonus = verify_sampling(draft, p, self.rule, generator=self.generator)
+            path, bonus = verify_sampling(draft, p, self.rule, generator=self.generator,
+                                          observe=observe)
         self.seconds["verify"] += time.perf_counter() - start
         return Verified(draft, path, bonus, self._head_input(step), step.logits, prefix)
 
     @torch.no_grad()
     def accept(self, verified: Verified) -> list[int]:
         """Keep the prefix and the accepted path's target cache entries, re-run the head over the
-        accepted tokens with the target's true features (EAGLE §3.3); the bonus is the next root."""
+        accepted tokens with the target's true features (EAGLE §3.3); the bonus is the next root.
+        -> the tokens the generation keeps (`kept_tokens`); `stop` says if it has ended."""
         start = time.perf_counter()
         keep_cache_entries(self.cache, verified.prefix, verified.path)
         compacted = time.perf_counter()
         self.drafter.extend(verified.features[verified.path], verified.new_tokens)
         self.seconds["verify"] += compacted - start
         self.seconds["draft"] += time.perf_counter() - compacted
-        new = verified.new_tokens
+        new = kept_tokens(verified.new_tokens, len(self.output_ids), self.limit,
+                          self.target.eos_token_ids)
         self.output_ids += new
+        self.stop = stop_reason(self.output_ids, self.limit, self.max_new_tokens,
+                                self.target.eos_token_ids)
         self.root = verified.bonus
         return new
 
 
-def kept_tokens(new: list[int], produced: int, max_new_tokens: int, eos) -> tuple[list[int], bool]:
-    """A cycle's tokens that a generation keeps: up to the first EOS or its `max_new_tokens`-th
-    token (`produced` came before this cycle), and whether an EOS cut them.
+def kept_tokens(new: list[int], produced: int, limit: int, eos) -> list[int]:
+    """A cycle's tokens that a generation keeps: up to the first EOS or its `limit`-th token
+    (`produced` came before this cycle).
 
-    >>> kept_tokens([5, 6, 7], produced=2, max_new_tokens=4, eos={9})
-    ([5, 6], False)
+    >>> kept_tokens([5, 6, 7], produced=2, limit=4, eos={9}), kept_tokens([9, 6], 0, 4, {9})
+    ([5, 6], [9])
     """
     for i, token in enumerate(new):
-        if token in eos or produced + i + 1 >= max_new_tokens:
-            return new[:i + 1], token in eos
-    return new, False
+        if token in eos or produced + i + 1 >= limit:
+            return new[:i + 1]
+    return new
 
 
 @torch.no_grad()
 def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float = 0.0,
              top_p: float = 1.0, top_k: int = 0, tree=EAGLE2, seed: int | None = 0,
              streamer=None, drafter=None) -> Generation:
-    """EAGLE decoding (EAGLE §3): draft a tree with the head, verify it in one target forward.
+    """EAGLE decoding (EAGLE §3): draft a tree with the head, verify it in one target forward,
+    one `EagleDecoder.step` after another until it stops.
 
     The output is lossless: token-identical to `generate_vanilla` when greedy, and distributed
     exactly like it when sampling. `tree` and `drafter` as in `EagleDecoder`.
@@ -265,25 +317,19 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
     check_max_new_tokens(max_new_tokens)
     ids = prepare_prompt(target, prompt)   # templating and tokenising stay off the clock
     start = time.perf_counter()
-    dec = EagleDecoder(target, head, ids, tree, temperature, top_p, top_k, seed, drafter)
-    eos = target.eos_token_ids
-    out, cycles, depth_tries, depth_hits, confidence = [dec.root], [], {}, {}, []
-    limit = token_limit(target, ids, max_new_tokens)
-    hit_eos = dec.root in eos
+    dec = EagleDecoder(target, head, ids, tree, SamplingConfig(temperature, top_p, top_k), seed,
+                       drafter, max_new_tokens)
+    cycles, depth_tries, depth_hits, confidence = [], {}, {}, []
     if streamer is not None:
         streamer([dec.root])
-    while not hit_eos and len(out) < limit:
-        draft = dec.draft()
-        checked = dec.verify(draft)
-        new, hit_eos = kept_tokens(dec.accept(checked), len(out), limit, eos)
-        out.extend(new)
-        cycles.append(len(new))
-        _count_depths(draft, checked.path, depth_tries, depth_hits, confidence)
+    while dec.stop is None:
+        cycle = dec.step()
+        cycles.append(len(cycle.new_tokens))
+        _count_depths(cycle.draft, cycle.verified.path, depth_tries, depth_hits, confidence)
         if streamer is not None:
-            streamer(new)
-    stop = "eos" if hit_eos else limit_stop(len(out), max_new_tokens)
+            streamer(cycle.new_tokens)
     seconds = time.perf_counter() - start
-    forwards, timer = dec.target_forwards, dec.seconds
+    out, forwards, timer = dec.output_ids, dec.target_forwards, dec.seconds
     return Generation(dec.prompt_ids, out, target.decode(out), stats={
         "method": EAGLE, "tree": str(dec.tree), "new_tokens": len(out), "seconds": seconds,
         "tokens_per_second": len(out) / seconds, "target_forwards": forwards,
@@ -291,7 +337,8 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
         "acceptance_per_depth": {d: depth_hits.get(d, 0) / n for d, n in sorted(depth_tries.items())},
         "draft_seconds": timer["draft"], "verify_seconds": timer["verify"],
         "other_seconds": seconds - timer["draft"] - timer["verify"],
-        "head_forwards": dec.drafter.head_forwards, "confidence_accepted": confidence, "stop": stop})
+        "head_forwards": dec.drafter.head_forwards, "confidence_accepted": confidence,
+        "stop": dec.stop})
 
 
 def _count_depths(draft, path, tries, hits, confidence):

@@ -62,6 +62,13 @@ class Drafter:
         self.generator = generator
         self.reset()
 
+    @property
+    def target_layers(self):
+        """What the head reads of the target: None, the last feature (EAGLE-1), or the indices of
+        the layers whose inputs it reads (an EAGLE-3 head's `aux_layers`), which the decoder asks
+        the target's forward for."""
+        return getattr(self.head, "aux_layers", None)
+
     def reset(self):
         self.cache = self.head.new_cache()
         self.stable = 0

@@ -84,11 +84,13 @@ def draw(probs: torch.Tensor, u: float) -> int:
     return int(torch.searchsorted(cdf, point, right=True).clamp(max=probs.numel() - 1))
 
 
-def verify_sampling(draft, p: torch.Tensor, rule, generator=None, uniforms=None):
+def verify_sampling(draft, p: torch.Tensor, rule, generator=None, uniforms=None, observe=None):
     """p: [N, vocab] warped target distributions per node -> (accepted path, next token).
 
     Every random choice is one uniform draw, from `generator` or from the iterator `uniforms`
-    (which makes grading deterministic).
+    (which makes grading deterministic). `observe(parent, child, token, u, ratio)`, when given, sees
+    each draw as it is made: a tried child with its accept ratio, then the last draw, which picks
+    the next token from the (residual) distribution, with child and ratio None.
     """
     def uniform():
         return next(uniforms) if uniforms is not None else draw_uniform(generator)
@@ -101,11 +103,19 @@ def verify_sampling(draft, p: torch.Tensor, rule, generator=None, uniforms=None)
             if not draft.valid[child]:
                 break  # children are drawn in rank order: the rest are invalid too
             x = tokens[child]
-            if uniform() < float(rule.accept_probability(res, q, x)):
+            u = uniform()
+            ratio = float(rule.accept_probability(res, q, x))
+            if observe is not None:
+                observe(node, child, x, u, ratio)
+            if u < ratio:
                 accepted = child
                 break
             res, q = rule.reject(res, q, x)
         if accepted is None:  # every child rejected, or a leaf: the target's own token
-            return path, draw(res, uniform())
+            u = uniform()
+            token = draw(res, u)
+            if observe is not None:
+                observe(node, None, token, u, None)
+            return path, token
         path.append(accepted)
         node = accepted

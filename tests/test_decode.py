@@ -4,6 +4,7 @@ import torch
 
 from eagle_mini import EagleMiniError, tiny_target
 from eagle_mini.decode import generate_vanilla
+from eagle_mini.sampling import SamplingConfig
 
 
 def hf_greedy(target, ids, n):
@@ -66,7 +67,8 @@ def test_stepping_the_decoder_is_generate(tree, temperature):
     target = tiny_target("llama", seed=0, vocab_size=64)
     head = new_head(target, seed=1)
     gen = generate(target, head, [1, 2, 3], 20, temperature=temperature, tree=tree, seed=5)
-    dec = EagleDecoder(target, head, [1, 2, 3], tree=tree, temperature=temperature, seed=5)
+    dec = EagleDecoder(target, head, [1, 2, 3], tree=tree, sampling=SamplingConfig(temperature),
+                       seed=5)
     cycles = []
     while len(dec.output_ids) < 20:
         verified = dec.verify(dec.draft())
@@ -76,3 +78,25 @@ def test_stepping_the_decoder_is_generate(tree, temperature):
     assert dec.output_ids[:20] == gen.output_ids
     assert dec.target_forwards == 1 + len(cycles) == gen.stats["target_forwards"]
     assert cycles[:-1] == gen.stats["cycle_lengths"][:-1]   # the last one is cut at 20 tokens
+
+
+@pytest.mark.parametrize("tree, temperature", [("eagle2", 0.0), ("eagle1", 1.0)])
+def test_one_step_is_one_cycle_of_generate_and_says_when_it_stops(tree, temperature):
+    """`EagleDecoder.step()` until `stop`: `generate`'s tokens, cycles and stop reason; a step
+    after the stop is a one-line error."""
+    from eagle_mini import EagleDecoder, generate
+    from eagle_mini.errors import EagleMiniError
+    from eagle_mini.heads.eagle1 import new_head
+    target = tiny_target("llama", seed=0, vocab_size=64)
+    head = new_head(target, seed=1)
+    gen = generate(target, head, [1, 2, 3], 17, temperature=temperature, tree=tree, seed=5)
+    dec = EagleDecoder(target, head, [1, 2, 3], tree, SamplingConfig(temperature), seed=5,
+                       max_new_tokens=17)
+    outcomes = []
+    while dec.stop is None:
+        outcomes.append(dec.step())
+    assert dec.output_ids == gen.output_ids and dec.stop == gen.stats["stop"] == "max_new_tokens"
+    assert [len(o.new_tokens) for o in outcomes] == gen.stats["cycle_lengths"]
+    assert [o.stop for o in outcomes] == [None] * (len(outcomes) - 1) + ["max_new_tokens"]
+    with pytest.raises(EagleMiniError, match="has stopped"):
+        dec.step()

@@ -115,6 +115,19 @@ def test_sampled_draws_replay_the_decision(tiny):
             assert all(d.parent in c.path for d in tries)
 
 
+def test_the_stepper_needs_no_seed_to_show_its_draws(tiny):
+    """With `seed=None` the draws come from verification itself (an observer), not from a replay
+    of a seeded generator: each cycle's draws still walk its path and pick its bonus token."""
+    target, head = tiny
+    s = Stepper(target, head, [4, 5, 6], "eagle1", 1.0, seed=None, max_new_tokens=20)
+    s.run()
+    assert s.done and len(s.output_ids) <= 20
+    for c in s.cycles:
+        *tries, last = c.draws
+        assert last.node is None and last.token == c.bonus
+        assert [d.node for d in tries if d.accepted] == c.path[1:]
+
+
 def test_matched_slots_finds_rows():
     before = torch.tensor([[0., 1.], [2., 3.], [4., 5.]])
     assert matched_slots(before, before[[0, 2]]) == [0, 2]

@@ -8,9 +8,8 @@
 * the target's choice at every node (its argmax after the node, which greedy verification compares
   with the children's tokens), the accepted path and the bonus token;
 * at T > 0, every accept/reject draw: the uniform u and the accept ratio (min(1, p/q) on sampled
-  trees, p(x) on top-k trees) of each tried child, and the last draw that picks the bonus token.
-  The draws are replayed from a copy of the generator's state with a recording wrapper around the
-  decoder's own rule, and the replay must land on the decoder's path and bonus;
+  trees, p(x) on top-k trees) of each tried child, and the last draw that picks the bonus token,
+  as verification makes them (`EagleDecoder.step`'s observer: any seed, None included);
 * the target's KV cache before and after compaction, read off the cache tensors: which tree slot
   each entry of the compacted cache came from (`kept_slots`), found by matching the last layer's
   keys (a target of two layers or more). They equal the prefix plus the accepted path: what `keep_cache_entries` promises.
@@ -27,10 +26,9 @@ from dataclasses import dataclass, field
 import torch
 
 from eagle_mini.course.explorer import Explorer
-from eagle_mini.decode import EagleDecoder, kept_tokens, limit_stop, token_limit
+from eagle_mini.decode import EagleDecoder
 from eagle_mini.methods import EAGLE, EAGLE2, EAGLE_CHAIN
-from eagle_mini.sampling import uniform, warp
-from eagle_mini.verify import verify_sampling
+from eagle_mini.sampling import SamplingConfig
 
 ACCEPTED, TRIED, UNTRIED, BONUS = "#2a9d8f", "#e76f51", "#d9d9d9", "#6a4c93"  # no clash with depth colours
 
@@ -79,33 +77,6 @@ class Cycle:
         return {c for c in range(1, len(self.tokens)) if self.valid[c] and self.parents[c] in self.path}
 
 
-class _RecordingRule:
-    """The decoder's accept rule, unchanged, noting which child each accept ratio belongs to."""
-
-    def __init__(self, rule, draft, generator):
-        self.rule, self.draft, self.generator = rule, draft, generator
-        self.draws, self.node, self.u = [], 0, None
-
-    def uniforms(self):
-        while True:
-            self.u = uniform(self.generator)
-            yield self.u
-
-    def start(self, draft, node):
-        self.node = node
-        return self.rule.start(draft, node)
-
-    def accept_probability(self, p, q, x):
-        ratio = float(self.rule.accept_probability(p, q, x))
-        child = next(c for c in self.draft.tree.children[self.node]   # siblings never share a token
-                     if self.draft.valid[c] and int(self.draft.tokens[c]) == x)
-        self.draws.append(Draw(self.node, child, x, self.u, ratio))
-        return ratio
-
-    def reject(self, p, q, x):
-        return self.rule.reject(p, q, x)
-
-
 def _tree_keys(cache, start: int) -> torch.Tensor:
     """The last layer's keys of cache slots start.. as [slots, kv heads * head dim]. Past the first
     layer a key depends on the whole context, so no two tree nodes share one (in the first layer
@@ -125,18 +96,26 @@ def matched_slots(before: torch.Tensor, after: torch.Tensor) -> list[int]:
 
 
 class Stepper:
-    """`generate`, one cycle per `step()`; `cycles` keeps every `Cycle`, `output_ids` the tokens."""
+    """`generate`, one cycle per `step()` (`EagleDecoder.step`, the very cycle `generate` runs);
+    `cycles` keeps every `Cycle`, `output_ids` the tokens. `seed` None draws a fresh one."""
 
     def __init__(self, target, head, prompt, tree=EAGLE2, temperature: float = 0.0,
-                 top_p: float = 1.0, top_k: int = 0, seed: int = 0, max_new_tokens: int = 64):
+                 top_p: float = 1.0, top_k: int = 0, seed: int | None = 0,
+                 max_new_tokens: int = 64):
         self.target, self.max_new_tokens = target, max_new_tokens
-        self.decoder = EagleDecoder(target, head, prompt, tree, temperature, top_p, top_k, seed)
-        self.output_ids = [self.decoder.root]
+        self.decoder = EagleDecoder(target, head, prompt, tree,
+                                    SamplingConfig(temperature, top_p, top_k), seed,
+                                    max_new_tokens=max_new_tokens)
         self.cycles: list[Cycle] = []
-        self.limit = token_limit(target, self.decoder.prompt_ids, max_new_tokens)
-        self.stop = "eos" if self.decoder.root in target.eos_token_ids else None
-        if self.stop is None and self.limit <= 1:
-            self.stop = limit_stop(1, max_new_tokens)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.decoder.output_ids
+
+    @property
+    def stop(self) -> str | None:
+        """Why the generation ended ("eos", "max_new_tokens", "context"); None while it goes on."""
+        return self.decoder.stop
 
     @property
     def done(self) -> bool:
@@ -151,27 +130,21 @@ class Stepper:
         """Run one cycle and return what it did; None once the generation has stopped."""
         if self.done:
             return None
-        dec = self.decoder
-        draft = dec.draft()
-        state = dec.generator.get_state() if dec.generator is not None else None
-        verified = dec.verify(draft)
-        draws = [] if dec.cfg.greedy else self._replay(verified, state)
+        dec, draws, seen = self.decoder, [], {}
+
+        def before_accept(verified):   # the whole tree is still in the target cache
+            seen["keys"] = _tree_keys(dec.cache, verified.prefix)
+            seen["stable"] = dec.drafter.stable
+        done = dec.step(observe=lambda *draw: draws.append(Draw(*draw)), inspect=before_accept)
+        draft, verified = done.draft, done.verified
         prefix, n = verified.prefix, draft.tree.num_nodes
-        before, stable = _tree_keys(dec.cache, prefix), dec.drafter.stable
-        new, hit_eos = kept_tokens(dec.accept(verified), len(self.output_ids), self.limit,
-                                   self.target.eos_token_ids)
-        self.output_ids += new
-        kept = [prefix + i for i in matched_slots(before, _tree_keys(dec.cache, prefix))]
+        kept = [prefix + i for i in matched_slots(seen["keys"], _tree_keys(dec.cache, prefix))]
         cycle = Cycle(len(self.cycles), draft.tokens.tolist(), list(draft.tree.parents),
                       draft.tree.depths.tolist(), draft.confidence.tolist(), draft.valid.tolist(),
-                      verified.logits.argmax(-1).tolist(), list(verified.path), verified.bonus, new,
-                      prefix, prefix + n, dec.cache.get_seq_length(), kept,
-                      (stable, dec.drafter.stable), draws)
+                      verified.logits.argmax(-1).tolist(), list(verified.path), verified.bonus,
+                      done.new_tokens, prefix, prefix + n, dec.cache.get_seq_length(), kept,
+                      (seen["stable"], dec.drafter.stable), draws)
         self.cycles.append(cycle)
-        if hit_eos:
-            self.stop = "eos"
-        elif len(self.output_ids) >= self.limit:
-            self.stop = limit_stop(len(self.output_ids), self.max_new_tokens)
         return cycle
 
     def run(self) -> list[int]:
@@ -179,19 +152,6 @@ class Stepper:
         while self.step() is not None:
             pass
         return self.output_ids
-
-    def _replay(self, verified, state) -> list[Draw]:
-        """Verification's draws again, from the generator as it was before `verify`."""
-        dec = self.decoder
-        generator = torch.Generator(device=dec.generator.device)
-        generator.set_state(state)
-        cfg = dec.cfg
-        p = warp(verified.logits, cfg.temperature, cfg.top_p, cfg.top_k)
-        rule = _RecordingRule(dec.rule, verified.draft, generator)
-        path, bonus = verify_sampling(verified.draft, p, rule, uniforms=rule.uniforms())
-        if (path, bonus) != (verified.path, verified.bonus):
-            raise RuntimeError("the replayed draws do not give the decoder's path and bonus")
-        return rule.draws + [Draw(path[-1], None, bonus, rule.u, None)]
 
 
 def cycle_rows(cycle: Cycle, text=str) -> list[dict]:
