@@ -70,7 +70,6 @@ LOAD_HELP = {
 TINY_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
 
-
 @contextmanager
 def quiet_hf():
     """Hugging Face's progress bars and advice (meant for hub downloads) off while loading, then

@@ -199,8 +199,10 @@ def test_an_unreachable_hub_is_asked_once_then_offline_mode_gives_the_line(hub_o
     assert len(lines) == 2 and all(re.search(WHAT_TO_DO["offline"], line) for line in lines), err
 
 
-def test_a_made_up_hub_id_is_one_line_without_retries(hub_online_mode, capfd):
-    """With or without a network (none here): the hub's client never gets to retry each file."""
+def test_a_made_up_hub_id_is_one_line_without_retries(hub_online_mode, monkeypatch, capfd):
+    """No network (the hub's address does not answer; the test sends nothing out): the hub's
+    client never gets to retry each file."""
+    monkeypatch.setattr(models, "hub_reachable", lambda: False)
     assert main(["generate", "--model", "someone/made-up-model-45", "--prompt", "x"]) == 2
     err = capfd.readouterr().err
     lines = err.strip().splitlines()
