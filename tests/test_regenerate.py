@@ -141,7 +141,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert err.count("\n") == 0 and "--temperature" in err
     assert main(["train-head", "--stream", "--regenerated", str(tmp_path / "missing.jsonl"),
                  "--out", str(tmp_path / "h"), "--threads", "2"]) == 2
-    assert "no regenerated conversations" in capsys.readouterr().err
+    err = capsys.readouterr().err   # checked before anything loads
+    assert err.count("\n") == 1 and "missing.jsonl does not exist" in err
 
 
 def test_card_says_how_to_write_the_regenerated_file_again(tmp_path):

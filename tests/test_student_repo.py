@@ -150,8 +150,11 @@ def test_every_target_link_and_course_file_the_class_docs_name_is_there(repo):
     """The class's README and docs/: each `make X` is a rule of its Makefile that does something,
     each relative link resolves, and each path of the course repository they name is in the
     class's, except under tests/ (the course's test suite, which the class does not get: a
-    mention there describes the course)."""
+    mention there describes the course). A course path is one git tracks (not `.venv`, made by
+    set-up)."""
     docs = [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.splitlines())
     named = set()
     for doc in docs:
         targets, links, paths = mentions(doc.read_text())
@@ -159,7 +162,8 @@ def test_every_target_link_and_course_file_the_class_docs_name_is_there(repo):
             assert dry_run(repo, target) and target in (repo / "Makefile").read_text(), (doc, target)
         for link in links:
             assert (doc.parent / link).exists(), (doc, link)
-        named |= {p for p in paths if (ROOT / p).exists() and not p.startswith("tests/")}
+        named |= {p for p in paths if not p.startswith("tests/") and (
+            p.rstrip("/") in tracked or any(t.startswith(p.rstrip("/") + "/") for t in tracked))}
     assert {"requirements-gpu.txt", "scripts/gpu_run.sh", "docs/usage.md"} <= named
     assert sorted(p for p in named if not (repo / p).exists()) == []
 
