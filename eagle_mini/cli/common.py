@@ -35,48 +35,44 @@ def share(text: str) -> float:
     return value
 
 
-def device(text: str) -> str:
-    """--device: one this machine has (`models.check_device`), checked before anything loads."""
-    if text == "cpu":
+def checked(check):
+    """An argparse type running `check(text)` (a package check that raises `EagleMiniError`) before
+    anything loads: its error becomes argparse's one line; the text is kept as given."""
+    def parse(text: str) -> str:
+        try:
+            check(text)
+        except EagleMiniError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
         return text
+    parse.__name__ = getattr(check, "__name__", "value")
+    return parse
+
+
+def _check_device(text):
     from eagle_mini.models import check_device
-    try:
-        return check_device(text)
-    except EagleMiniError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    check_device(text)
 
 
-def method_names(text: str) -> str:
-    """--methods a,b: every name the table's (`methods.method`), checked before anything loads;
-    kept as the text."""
+def _check_methods(text):
     from eagle_mini.methods import method
-    try:
-        for name in text.split(","):
-            method(name.strip())
-    except EagleMiniError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
+    for name in text.split(","):
+        method(name.strip())
 
 
-def head_dir(text: str) -> str:
-    """--head DIR: a folder that exists (`heads.check_head_dir`), checked before anything loads."""
+def _check_head_dir(text):
     from eagle_mini.heads import check_head_dir
-    try:
-        check_head_dir(text)
-    except EagleMiniError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
+    check_head_dir(text)
 
 
-def tree_spec(text: str) -> str:
-    """A --tree given as text to pass on as text: checked now by the one reader of trees
-    (`methods.resolve_tree`), kept as the user wrote it."""
+def _check_tree(text):
     from eagle_mini.methods import resolve_tree
-    try:
-        resolve_tree(text)
-    except EagleMiniError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
+    resolve_tree(text)
+
+
+# --device (`models.check_device`), --methods a,b (every name the table's), --head DIR (a folder
+# that exists), --tree as text (the one reader of trees, `methods.resolve_tree`)
+device, method_names = checked(_check_device), checked(_check_methods)
+head_dir, tree_spec = checked(_check_head_dir), checked(_check_tree)
 
 
 def config_from(cls, args, **given):
@@ -137,7 +133,8 @@ def set_threads(threads: int | None) -> None:
     if not threads:
         return
     import torch
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from eagle_mini.measure.load import usable_cores
+    cpus = usable_cores()
     if cpus and threads > cpus:
         print(f"eagle-mini: --threads {threads} is more than the {cpus} CPUs this process may use: "
               f"using {cpus}", file=sys.stderr)

@@ -14,7 +14,7 @@ import time
 import torch
 
 from eagle_mini.decode import (Generation, cycle_stats, generate, generate_vanilla, limit_stop,
-                               prepare_prompt, token_limit)
+                               prepare_prompt, stop_reason, token_limit)
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads import head_kind
 from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
@@ -90,7 +90,8 @@ def run_hf(target, prompt, max_new_tokens, options: dict, temperature: float = 0
     the stats the package's loops give where they exist; it stops where they stop at the end of the
     context (`decode.token_limit`), which HF's `generate` does not check."""
     ids = prepare_prompt(target, prompt)
-    kw = {"do_sample": temperature > 0, "max_new_tokens": token_limit(target, ids, max_new_tokens),
+    limit = token_limit(target, ids, max_new_tokens)   # HF stops only at an EOS or at the limit
+    kw = {"do_sample": temperature > 0, "max_new_tokens": limit,
           "eos_token_id": sorted(target.eos_token_ids) or None, "pad_token_id": 0, **options}
     if temperature > 0:
         kw["temperature"] = temperature
@@ -109,7 +110,8 @@ def run_hf(target, prompt, max_new_tokens, options: dict, temperature: float = 0
     finally:
         counter.close()
     new = out[0, len(ids):].tolist()
-    stop = "eos" if new[-1] in target.eos_token_ids else limit_stop(len(new), max_new_tokens)
+    stop = stop_reason(new, limit, max_new_tokens, target.eos_token_ids) or limit_stop(
+        len(new), max_new_tokens)
     return Generation(ids, new, target.decode(new), stats={
         "new_tokens": len(new), "seconds": seconds, "tokens_per_second": len(new) / seconds,
         "target_forwards": counter.calls, **cycle_stats(len(new), counter.calls), "stop": stop})
