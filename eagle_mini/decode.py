@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from eagle_mini.draft import Draft, Drafter
+from eagle_mini.draft import Draft, Drafter, TreeDrafter
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.methods import EAGLE, EAGLE2, VANILLA, resolve_tree
 from eagle_mini.sampling import SamplingConfig, make_generator, next_token, warp
 from eagle_mini.target import keep_cache_entries
+from eagle_mini.tree import DynamicTree
 from eagle_mini.verify import SampledTreeRule, TopKTreeRule, verify_greedy, verify_sampling
 
 
@@ -139,7 +139,7 @@ def generate_vanilla(target, prompt, max_new_tokens: int = 128, temperature: flo
         forwards += 1
     seconds = time.perf_counter() - start
     return Generation(ids, out, target.decode(out), stats={
-        "method": VANILLA, "new_tokens": len(out), "seconds": seconds,
+        "new_tokens": len(out), "seconds": seconds,
         "tokens_per_second": len(out) / seconds, "target_forwards": forwards,
         **cycle_stats(len(out), forwards), "stop": stop})
 
@@ -182,35 +182,36 @@ class EagleDecoder:
     or its three parts `draft()` -> `verify(draft)` -> `accept(verified)`. `output_ids` grows by
     the tokens each cycle keeps, and `stop` says why the generation ended (None until it has):
     an EOS, `max_new_tokens` (None: only the context limits it) or the end of the context.
-    tree: a method name from the table (`eagle_mini/methods.py`), a tree spec ("eagle1",
-    "chain:K", "dynamic:T,D,K", a choices list), a `Tree` or a `DynamicTree`. `sampling`: a
-    `SamplingConfig` (default greedy). `drafter` replaces the head's `Drafter` with any object
-    offering `extend`, `draft`, `sampled`, `generator` and `head_forwards`.
+    tree: a tree spec ("eagle1", "eagle2", "chain:K", "dynamic:T,D,K", a choices list), a
+    `Tree` or a `DynamicTree` (a method's name is resolved at the edge: `methods.resolve_tree`).
+    `sampling`: a `SamplingConfig` (default greedy). `drafter`: any `draft.TreeDrafter` in place
+    of the head's `Drafter` over `tree` (e.g. `lookup.LookupDrafter`, which needs no head).
     """
 
     @torch.no_grad()
-    def __init__(self, target, head, prompt, tree=EAGLE2, sampling: SamplingConfig | None = None,
-                 seed: int | None = 0, drafter=None, max_new_tokens: int | None = None):
+    def __init__(self, target, head, prompt, tree=DynamicTree(),
+                 sampling: SamplingConfig | None = None, seed: int | None = 0, drafter=None,
+                 max_new_tokens: int | None = None):
         self.target, self.cfg = target, sampling or SamplingConfig()
-        self.tree = resolve_tree(tree)
         self.prompt_ids = prepare_prompt(target, prompt)
         self.max_new_tokens = max_new_tokens
         self.limit = token_limit(target, self.prompt_ids, max_new_tokens)
         self.generator = make_generator(seed, target.device)
         if drafter is None:
-            drafter = Drafter(head, self.tree, self.cfg.temperature, self.cfg.top_p, self.cfg.top_k,
-                              generator=self.generator)
-        else:
-            drafter.generator = self.generator
-        self.drafter = drafter
+            drafter = Drafter(head, tree, self.cfg.temperature, self.cfg.top_p, self.cfg.top_k)
+        elif not isinstance(drafter, TreeDrafter):
+            raise EagleMiniError(f"a drafter must be an eagle_mini.draft.TreeDrafter (the drafter "
+                                 f"protocol); got {type(drafter).__name__}")
+        drafter.generator = self.generator
+        self.drafter, self.tree = drafter, drafter.tree
         # an EAGLE-3 head reads the hidden states entering some layers, not the last feature
-        self.layers = getattr(drafter, "target_layers", None)
+        self.layers = drafter.target_layers
         self.rule = SampledTreeRule() if drafter.sampled else TopKTreeRule()
         self.cache = target.new_cache()
         step = target.forward(self.prompt_ids, self.cache, all_logits=False,
                               hidden_layers=self.layers)
         self.root = next_token(step.logits[-1], self.cfg, self.generator)
-        self.drafter.extend(self._head_input(step), self.prompt_ids[1:] + [self.root])
+        self.drafter.begin(self.prompt_ids, self._head_input(step), self.root)
         self.output_ids = [self.root]
         self.stop = stop_reason(self.output_ids, self.limit, max_new_tokens, target.eos_token_ids)
         self.target_forwards = 1
@@ -306,7 +307,7 @@ def kept_tokens(new: list[int], produced: int, limit: int, eos) -> list[int]:
 
 @torch.no_grad()
 def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float = 0.0,
-             top_p: float = 1.0, top_k: int = 0, tree=EAGLE2, seed: int | None = 0,
+             top_p: float = 1.0, top_k: int = 0, tree=DynamicTree(), seed: int | None = 0,
              streamer=None, drafter=None) -> Generation:
     """EAGLE decoding (EAGLE §3): draft a tree with the head, verify it in one target forward,
     one `EagleDecoder.step` after another until it stops.
@@ -331,7 +332,7 @@ def generate(target, head, prompt, max_new_tokens: int = 128, temperature: float
     seconds = time.perf_counter() - start
     out, forwards, timer = dec.output_ids, dec.target_forwards, dec.seconds
     return Generation(dec.prompt_ids, out, target.decode(out), stats={
-        "method": EAGLE, "tree": str(dec.tree), "new_tokens": len(out), "seconds": seconds,
+        "tree": str(dec.tree), "new_tokens": len(out), "seconds": seconds,
         "tokens_per_second": len(out) / seconds, "target_forwards": forwards,
         **cycle_stats(len(out), forwards), "cycle_lengths": cycles,
         "acceptance_per_depth": {d: depth_hits.get(d, 0) / n for d, n in sorted(depth_tries.items())},

@@ -14,16 +14,21 @@ A node's children come from the head's distribution at that node:
 EAGLE-2 grows the tree where the draft is confident: a node's value is the product of the draft
 probabilities along its path; each step expands the top-k frontier nodes, and the tree keeps the
 `total_tokens - 1` best nodes of all candidates (a child never beats its parent, so it is connected).
+
+Every drafter speaks one protocol, `TreeDrafter` (on the model of Hugging Face's
+`CandidateGenerator`): it is told the prompt and, after each cycle, what was accepted, and it
+proposes the next cycle's tree under the root. `Drafter` (the head, this module) is one;
+`lookup.LookupDrafter` (prompt lookup, no head) is another; `EagleDecoder` runs any of them.
 """
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
 
 from eagle_mini.sampling import warp
 from eagle_mini.target import crop_cache
-from eagle_mini.methods import EAGLE2, resolve_tree
-from eagle_mini.tree import DynamicTree, Tree, fit_tree, from_parents
+from eagle_mini.tree import DynamicTree, Tree, fit_tree, from_parents, tree_from_spec
 
 
 @dataclass
@@ -50,17 +55,68 @@ class Draft:
                      None if self.q is None else self.q[kept])
 
 
-class Drafter:
-    """Runs the head over the stable context and drafts one tree per verification cycle."""
+class TreeDrafter(ABC):
+    """The drafter protocol: what `EagleDecoder` asks of anything that drafts.
 
-    def __init__(self, head, tree=EAGLE2, temperature: float = 0.0, top_p: float = 1.0,
+    A cycle: `draft(root)` proposes a tree of candidate tokens under the root (a `Draft`); the
+    target verifies it; `extend(reads, tokens)` tells the drafter what was accepted: the target's
+    reads at the accepted nodes (`target_layers` says which: the last feature, or an EAGLE-3 head's
+    layers) and the accepted tokens advanced by one step, the bonus token last, which is the next
+    root. `begin` does the same for the prompt after the prefill.
+
+    Declared here, read by the decoder:
+    * `tree`: the largest tree it drafts (a `Tree`, or a `DynamicTree`'s settings), for the stats;
+    * `sampled`: True when a node's children are draws from a distribution q held in `Draft.q`
+      (EAGLE-1 at T > 0: verified by `verify.SampledTreeRule`), False when they are fixed by the
+      context (top-k, a lookup: `verify.TopKTreeRule`); both keep verification lossless;
+    * `generator`: the RNG the decoder hands it for its draws; `head_forwards`: a counter.
+
+    A drafter that runs as a row of the methods table (`eagle_mini/methods.py`) also offers
+    `build(head, tree, sampling)`: the decoder's drafter for that row.
+    """
+    tree = None
+    sampled = False
+    target_layers = None
+    generator = None
+    head_forwards = 0
+
+    @classmethod
+    def build(cls, head, tree, sampling) -> "TreeDrafter":
+        """The drafter a method row runs with: its `head` (None for a row without one), its tree
+        and a `sampling.SamplingConfig`."""
+        raise NotImplementedError(f"{cls.__name__} does not run as a row of the methods table")
+
+    def begin(self, prompt_ids: list[int], reads: torch.Tensor, root: int) -> None:
+        """After the prefill: the prompt, the target's reads at every prompt position and the first
+        token. By default: `extend` over the prompt's tokens advanced by one step (EAGLE §3.1)."""
+        self.extend(reads, list(prompt_ids[1:]) + [root])
+
+    @abstractmethod
+    def extend(self, reads: torch.Tensor, shifted_tokens) -> None:
+        """What the last cycle accepted: the reads [n, ...] at the accepted nodes and the tokens
+        that follow each, t_{i+1} [n] (the last is the bonus token, the next root)."""
+
+    @abstractmethod
+    def draft(self, root_token: int) -> Draft:
+        """The next cycle's tree under `root_token`."""
+
+
+class Drafter(TreeDrafter):
+    """Runs the head over the stable context and drafts one tree per verification cycle.
+    `tree`: a `Tree`, a `DynamicTree` or a spec (`tree.tree_from_spec`); default EAGLE-2's."""
+
+    def __init__(self, head, tree=DynamicTree(), temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, generator=None):
         self.head = head
-        self.shape = resolve_tree(tree)
-        self.sampled = temperature > 0 and not isinstance(self.shape, DynamicTree)
+        self.tree = tree_from_spec(tree)
+        self.sampled = temperature > 0 and not isinstance(self.tree, DynamicTree)
         self.warp_args = (temperature, top_p, top_k)
         self.generator = generator
         self.reset()
+
+    @classmethod
+    def build(cls, head, tree, sampling) -> "Drafter":
+        return cls(head, tree, sampling.temperature, sampling.top_p, sampling.top_k)
 
     @property
     def target_layers(self):
@@ -99,12 +155,12 @@ class Drafter:
     @torch.no_grad()
     def draft(self, root_token: int) -> Draft:
         crop_cache(self.cache, self.stable)
-        if isinstance(self.shape, DynamicTree):
+        if isinstance(self.tree, DynamicTree):
             return self._draft_dynamic(root_token)
         return self._draft_static(root_token)
 
     def _draft_static(self, root_token: int) -> Draft:
-        tree, dev = self.shape, self.root_feature.device
+        tree, dev = self.tree, self.root_feature.device
         n = tree.num_nodes
         tokens = torch.zeros(n, dtype=torch.long, device=dev)
         tokens[0] = root_token
@@ -153,7 +209,7 @@ class Drafter:
         return Draft(tree, tokens, valid, confidence, q_full)
 
     def _draft_dynamic(self, root_token: int) -> Draft:
-        cfg, dev = self.shape, self.root_feature.device
+        cfg, dev = self.tree, self.root_feature.device
         # candidate arrays; candidate 0 is the root
         parent, token, value, depth, conf = [-1], [root_token], [0.0], [0], [1.0]
         ancestors = [{0}]

@@ -1,12 +1,13 @@
 """The table of decoding methods: every method name the package knows, written once, here.
 
-A row gives the name, the draft tree (a spec in `tree.py`'s language), the kind of head that
-drafts it and one line on what it is. The CLI's `--method` choices, the bench, `auto`, the
+A row gives the name, how it runs, one line on what it is and, for a method that drafts and
+verifies, its drafter (a `draft.TreeDrafter` class), the draft tree (a spec in `tree.py`'s
+language) and the kind of head that drafts it (None: no head, e.g. prompt lookup). The CLI's `--method` choices, the bench, `auto`, the
 results report, the course's stepper and the experiments all read names from this table;
 `resolve_tree` turns a name or a spec into the tree `Drafter` and `EagleDecoder` decode with.
 
     >>> [m.name for m in METHODS]
-    ['vanilla', 'hf-generate', 'hf-prompt-lookup', 'eagle-chain', 'eagle', 'eagle2', 'auto', 'eagle3']
+    ['vanilla', 'hf-generate', 'hf-prompt-lookup', 'prompt-lookup', 'eagle-chain', 'eagle', 'eagle2', 'auto', 'eagle3']
     >>> resolve_tree("eagle2")
     DynamicTree(total_tokens=16, depth=5, topk=4)
     >>> resolve_tree("eagle-chain").choices()
@@ -18,10 +19,14 @@ tree spec in place of a row's.
 """
 from dataclasses import dataclass, field
 
+from eagle_mini import lookup
+from eagle_mini.draft import Drafter
 from eagle_mini.errors import EagleMiniError
+from eagle_mini.lookup import LookupDrafter
 from eagle_mini.tree import SPEC_FORMS, DynamicTree, Tree, UnknownTreeSpec, tree_from_spec
 
 VANILLA, HF_GENERATE, HF_PROMPT_LOOKUP = "vanilla", "hf-generate", "hf-prompt-lookup"
+PROMPT_LOOKUP = "prompt-lookup"
 EAGLE_CHAIN, EAGLE, EAGLE2, AUTO, EAGLE3 = "eagle-chain", "eagle", "eagle2", "auto", "eagle3"
 MEASURED = "measured"   # the tree spec of a method whose tree is sized on the machine (`auto`)
 
@@ -29,41 +34,56 @@ MEASURED = "measured"   # the tree spec of a method whose tree is sized on the m
 @dataclass(frozen=True)
 class Method:
     """One decoding method. `runner`: "plain" (one target forward per token), "hf" (Hugging
-    Face `generate`, with `hf_options`), or "draft-verify" (EAGLE: draft with a `head` kind, verify
-    a `tree`)."""
+    Face `generate`, with `hf_options`), or "draft-verify" (draft-verify cycles, `EagleDecoder`:
+    the `drafter` class, built by its `build(head, tree, sampling)`, drafts a `tree` with a `head`
+    of that kind, or with none). `runtime/run.py` runs each runner."""
     name: str
     runner: str
     about: str
     tree: str | None = None
     head: str | None = None
+    drafter: type | None = None
     hf_options: dict = field(default_factory=dict)
 
     @property
+    def drafts(self) -> bool:
+        """Draft-verify cycles: it has a drafter and a tree, and a tau."""
+        return self.drafter is not None
+
+    @property
     def is_eagle(self) -> bool:
-        return self.runner == "draft-verify"
+        """An EAGLE method: its drafter is a draft head."""
+        return self.head is not None
 
 
 METHODS = (
     Method(VANILLA, "plain", "the target alone, one forward per token: the baseline"),
     Method(HF_GENERATE, "hf", "Hugging Face `generate` on the same model: the peer baseline"),
     Method(HF_PROMPT_LOOKUP, "hf", "HF `generate` with prompt-lookup decoding (drafts n-grams "
-           "copied from the prompt, no head)", hf_options={"prompt_lookup_num_tokens": 10}),
+           "copied from the prompt, no head)",
+           hf_options={"prompt_lookup_num_tokens": lookup.TOKENS,
+                       "max_matching_ngram_size": lookup.NGRAM}),
+    Method(PROMPT_LOOKUP, "draft-verify", "prompt lookup as the package's own drafter "
+           "(`lookup.py`): HF's rule, verified by the package's loop, no head",
+           tree=f"chain:{lookup.TOKENS}", drafter=LookupDrafter),
     Method(EAGLE_CHAIN, "draft-verify", "EAGLE with a chain of 4 drafts (EAGLE §3.1 without a tree)",
-           tree="chain:4", head="eagle1"),
+           tree="chain:4", head="eagle1", drafter=Drafter),
     Method(EAGLE, "draft-verify", "EAGLE-1's static 26-token tree (EAGLE §3.1, mc_sim_7b_63)",
-           tree="eagle1", head="eagle1"),
+           tree="eagle1", head="eagle1", drafter=Drafter),
     Method(EAGLE2, "draft-verify", "EAGLE-2's dynamic tree, grown where the draft is confident "
-           "(EAGLE-2 §4)", tree=str(DynamicTree()), head="eagle1"),
+           "(EAGLE-2 §4)", tree=str(DynamicTree()), head="eagle1", drafter=Drafter),
     Method(AUTO, "draft-verify", "EAGLE-2 with the tree size measured for this machine's cost curve",
-           tree=MEASURED, head="eagle1"),
+           tree=MEASURED, head="eagle1", drafter=Drafter),
     Method(EAGLE3, "draft-verify", "EAGLE-2's dynamic tree drafted by an EAGLE-3 head (EAGLE-3 §3)",
-           tree=str(DynamicTree()), head="eagle3"),
+           tree=str(DynamicTree()), head="eagle3", drafter=Drafter),
 )
 BY_NAME = {m.name: m for m in METHODS}
 METHOD_NAMES = [m.name for m in METHODS]
 EAGLE_METHODS = [m.name for m in METHODS if m.is_eagle]
 # The package's own decoders (`generate --method`): every row but the Hugging Face peers.
 DECODERS = [m.name for m in METHODS if m.runner != "hf"]
+# Draft-verify methods: a drafter, a tree and a tau (the EAGLE methods and prompt lookup).
+DRAFTING = [m.name for m in METHODS if m.drafts]
 # The methods a bench runs unless told otherwise: eagle3 needs an EAGLE-3 head, so it runs when asked.
 BENCH_DEFAULT = [m.name for m in METHODS if m.head != "eagle3"]
 
@@ -76,7 +96,7 @@ def method(name: str) -> Method:
 
 
 # The method names whose tree `resolve_tree` reads from the table (not `auto`'s, measured).
-TREE_NAMES = [m.name for m in METHODS if m.is_eagle and m.tree != MEASURED]
+TREE_NAMES = [m.name for m in METHODS if m.drafts and m.tree != MEASURED]
 
 
 def tree_forms() -> str:

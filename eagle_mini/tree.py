@@ -16,7 +16,7 @@ the **position ids** (prefix length + depth, so siblings share a position) and t
 
 EAGLE-2's tree has no fixed shape: `DynamicTree` holds its settings (total tokens, depth, top-k)
 and the drafter grows it per cycle. `tree_from_spec` reads every tree spec the package takes
-("eagle1", "chain:K", "dynamic:T,D,K", JSON choices, a .json file).
+("eagle1", "eagle2", "chain:K", "dynamic:T,D,K", JSON choices, a .json file).
 
 Left out: tokens, scores and the prefix part of the mask (the target module adds the prefix).
 """
@@ -46,7 +46,8 @@ EAGLE1_CHOICES = [
 
 # Every spec form `tree_from_spec` reads, with its bounds; `methods.resolve_tree` adds the names of
 # the methods whose trees it reads too.
-SPEC_FORMS = ("'eagle1' or 'default' (EAGLE-1 mc_sim_7b_63), 'chain:K' (K >= 1 draft tokens in a "
+SPEC_FORMS = ("'eagle1' or 'default' (EAGLE-1 mc_sim_7b_63), 'eagle2' (EAGLE-2's dynamic tree "
+              "with its default settings, dynamic:16,5,4), 'chain:K' (K >= 1 draft tokens in a "
               "row), 'dynamic:TOTAL,DEPTH,TOPK' (EAGLE-2, TOTAL >= 2 nodes with the root, "
               "DEPTH >= 1, TOPK >= 1), a JSON list of choices such as '[[0], [1], [0, 0]]', a path "
               "to a .json file holding such a list, or a list of choices")
@@ -313,13 +314,16 @@ def tree_from_spec(spec):
     """The one tree-spec parser: a spec as the CLI takes it -> what `generate` takes.
     "dynamic:TOTAL,DEPTH,TOPK" gives a `DynamicTree`; a `Tree` or `DynamicTree` is taken as it is;
     anything else goes to `parse_tree` ("eagle1", "chain:K", JSON, a file) and must draft a node.
-    Method names ("eagle2") are the table's (`eagle_mini.methods.resolve_tree`).
+    "eagle2" names EAGLE-2's tree with `DynamicTree`'s defaults, as "eagle1" names EAGLE-1's.
+    Method names ("eagle-chain") are the table's (`eagle_mini.methods.resolve_tree`, at the edge).
 
-    >>> tree_from_spec("dynamic:60,6,10")
-    DynamicTree(total_tokens=60, depth=6, topk=10)
+    >>> tree_from_spec("dynamic:60,6,10"), tree_from_spec("eagle2")
+    (DynamicTree(total_tokens=60, depth=6, topk=10), DynamicTree(total_tokens=16, depth=5, topk=4))
     """
     if isinstance(spec, DynamicTree):
         return spec
+    if isinstance(spec, str) and spec.strip().lower() == "eagle2":
+        return DynamicTree()
     if isinstance(spec, str) and spec.startswith("dynamic:"):
         try:
             total, depth, topk = (int(x) for x in spec.split(":", 1)[1].split(","))

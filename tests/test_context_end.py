@@ -136,7 +136,7 @@ def test_the_last_cycles_shrink_their_tree_down_to_a_vanilla_step(world, tree):
 def test_the_decoder_refuses_a_cycle_once_the_context_is_full(world):
     target, heads = world
     from eagle_mini import EagleDecoder
-    dec = EagleDecoder(target, heads["eagle1"], leaving(1), tree="eagle")
+    dec = EagleDecoder(target, heads["eagle1"], leaving(1), tree="eagle1")
     assert dec.room == 0
     with pytest.raises(EagleMiniError, match=f"the context \\({CONTEXT} tokens\\) is full"):
         dec.draft()

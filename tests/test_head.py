@@ -112,8 +112,8 @@ def test_official_checkpoint_loads_generates_exports_and_reloads_identically(lla
     # ... drafting the same distributions on the same input (greedy output alone would not tell:
     # it is the target's whatever the head) ...
     assert_same_draft_logits(loaded, head, llama)
-    ref = generate(llama, head, PROMPT, max_new_tokens=12, tree="eagle")
-    got = generate(llama, loaded, PROMPT, max_new_tokens=12, tree="eagle")
+    ref = generate(llama, head, PROMPT, max_new_tokens=12, tree="eagle1")
+    got = generate(llama, loaded, PROMPT, max_new_tokens=12, tree="eagle1")
     assert got.output_ids == ref.output_ids
     assert got.stats["confidence_accepted"] == ref.stats["confidence_accepted"]
 

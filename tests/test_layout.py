@@ -10,7 +10,7 @@ import pathlib
 import eagle_mini
 
 PACKAGE = pathlib.Path(eagle_mini.__file__).parent
-ALGORITHM = ["target", "tree", "methods", "draft", "sampling", "verify", "decode"]
+ALGORITHM = ["target", "tree", "draft", "lookup", "sampling", "verify", "decode", "methods"]
 # The layers from the bottom up (docs/architecture.md): a module may import its own layer and the
 # ones below it, never one above. A module's layer is named by its folder, or by its file for the
 # top level of the package; `eagle_mini/__init__.py` (the public API) stands above them all.
@@ -146,6 +146,15 @@ def test_the_layer_check_finds_a_planted_upward_import():
     assert upward_arrows(graph) == [
         "eagle_mini.decode (algorithm) -> eagle_mini.measure.bench (measurement)",
         "eagle_mini.models (runtime) -> eagle_mini.tooling.report (tooling)"]
+
+
+def test_the_algorithm_does_not_read_the_methods_table():
+    """Method names are resolved at the edge (the CLI, `runtime/run.py`): the algorithm takes
+    trees and drafters, and only the table itself imports its own layer's drafters."""
+    graph = import_graph()
+    readers = {m for m, deps in graph.items() if "eagle_mini.methods" in deps
+               and m.split(".")[1] in ALGORITHM}
+    assert readers == set(), readers
 
 
 def test_models_imports_no_measurement_experiment_or_tooling():

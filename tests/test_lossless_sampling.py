@@ -29,6 +29,7 @@ from scipy.stats import chisquare
 import eagle_mini.decode
 from eagle_mini.decode import generate
 from eagle_mini.draft import Draft, Drafter
+from eagle_mini.lookup import LookupDrafter
 from eagle_mini.tree import DynamicTree
 from eagle_mini.heads.eagle3 import new_eagle3_head
 from eagle_mini.heads.eagle1 import new_head
@@ -340,7 +341,7 @@ def test_eagle_sampling_matches_the_exact_joint_of_tokens_2_to_4(world, tree, ru
     rejected (token 2 from the residual) and, for the close head, three drafts accepted in a row."""
     temperature, top_p = WARPS[warp_name]
     drafter = Drafter(world["heads"][head], tree, temperature, top_p)
-    assert isinstance(drafter.shape, DynamicTree) != drafter.sampled  # each variant, its own rule
+    assert isinstance(drafter.tree, DynamicTree) != drafter.sampled  # each variant, its own rule
     assert rule is (SampledTreeRule if drafter.sampled else TopKTreeRule)
     tokens, first_cycle = eagle_samples(world, head, tree, warp_name)
     pvalue = chi_square_pvalue(tokens, world["laws"][warp_name])
@@ -350,6 +351,39 @@ def test_eagle_sampling_matches_the_exact_joint_of_tokens_2_to_4(world, tree, ru
     assert np.mean(first_cycle == 1) > 0.02
     if head == "close head":
         assert np.mean(first_cycle >= 4) > 0.25
+
+
+class KeepTriedToken(TopKTreeRule):
+    """Broken on purpose: after a rejection the tried token keeps its mass in p."""
+
+    def reject(self, p, q, x):
+        return p, q
+
+
+@pytest.mark.parametrize("warp_name, broken", [(w, False) for w in WARPS] + [("T=1", True)],
+                         ids=list(WARPS) + ["control: tried-token-kept"])
+def test_prompt_lookup_sampling_matches_the_exact_joint_of_tokens_2_to_4(world, warp_name, broken,
+                                                                         monkeypatch):
+    """Prompt lookup's chains are fixed by the text, not drawn: verified by the top-k rule, tokens
+    2-4 keep vanilla's joint law. With 5 tokens the text repeats, so lookups draft and are
+    accepted often. The control breaks the rule's rejection step: the same harness rejects it."""
+    if broken:
+        monkeypatch.setattr(eagle_mini.decode, "TopKTreeRule", KeepTriedToken)
+    temperature, top_p = WARPS[warp_name]
+    tokens, first_cycle = [], []
+    for seed in range(SAMPLES):
+        gen = generate(world["target"], None, PROMPT, max_new_tokens=5, temperature=temperature,
+                       top_p=top_p, seed=seed, drafter=LookupDrafter(tokens=3))
+        tokens.append(gen.output_ids[1:4])
+        first_cycle.append(gen.stats["cycle_lengths"][0])
+    pvalue = chi_square_pvalue(tokens, world["laws"][warp_name])
+    first_cycle = np.array(first_cycle)
+    print(f"prompt lookup {warp_name}: p = {pvalue:.3g}, first cycle > 1 token "
+          f"{np.mean(first_cycle > 1):.2f}")
+    if broken:
+        assert pvalue < 1e-6
+    else:
+        assert pvalue > 1e-3 and np.mean(first_cycle > 1) > 0.2
 
 
 class TopKChildrenWithQ(Drafter):

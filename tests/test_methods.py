@@ -7,23 +7,23 @@ import pytest
 
 import eagle_mini
 from eagle_mini import EagleMiniError, tiny_target
-from eagle_mini.draft import Drafter
+from eagle_mini.draft import Drafter, TreeDrafter
 from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.heads.eagle3 import new_eagle3_head
 from eagle_mini.methods import (AUTO, BENCH_DEFAULT, BY_NAME, EAGLE_METHODS, METHOD_NAMES, METHODS,
                                 method, resolve_tree)
-from eagle_mini.runtime.run import method_tree, pick_head, run_method
+from eagle_mini.runtime.run import RUNNERS, method_tree, pick_head, run_method
 from eagle_mini.tree import DynamicTree, Tree, parse_tree, tree_from_spec
 
 PACKAGE = pathlib.Path(eagle_mini.__file__).parent
 # Words that are method names and also another vocabulary's: "auto" is the automatic choice of a
 # setting (`--kernels auto`, `--exact auto`, `--mixed-precision auto`, a Jupyter option), "eagle3"
-# a head kind (`heads/eagle3.py`'s KIND). The check skips these words in the modules that use them
-# so.
+# a head kind (`heads/eagle3.py`'s KIND), "eagle2" EAGLE-2's tree in the tree-spec language (as
+# "eagle1" is EAGLE-1's). The check skips these words in the modules that use them so.
 # the same words meaning a mode ("auto") or a head kind ("eagle3") in these modules
 OTHER_VOCABULARY = {"auto": {"cli", "runtime/kernels.py", "runtime/exact/mode.py",
                              "training/commands.py", "course/assignments.py", "course/gpu_scale.py"},
-                    "eagle3": {"heads/eagle3.py", "course/gpu_scale.py"}}
+                    "eagle3": {"heads/eagle3.py", "course/gpu_scale.py"}, "eagle2": {"tree.py"}}
 
 
 def method_name_literals(package=PACKAGE) -> dict[str, set[str]]:
@@ -43,9 +43,13 @@ def method_name_literals(package=PACKAGE) -> dict[str, set[str]]:
 def test_every_row_is_whole():
     assert len(set(METHOD_NAMES)) == len(METHODS)
     for m in METHODS:
-        assert m.runner in ("plain", "hf", "draft-verify") and m.about
-        assert (m.tree is not None) == m.is_eagle and (m.head is not None) == m.is_eagle
-        if m.is_eagle and m.name != AUTO:
+        assert m.runner in RUNNERS and m.about       # every runner runs (`run.RUNNERS`)
+        assert (m.tree is not None) == m.drafts == (m.runner == "draft-verify")
+        assert m.drafts or not m.is_eagle            # a head drafts
+        if m.drafts:
+            assert issubclass(m.drafter, TreeDrafter)   # the drafter protocol
+            assert m.drafter.build is not TreeDrafter.build, m.name
+        if m.drafts and m.name != AUTO:
             resolve_tree(m.name)   # every fixed tree in the table parses
     assert set(EAGLE_METHODS) <= set(METHOD_NAMES) and set(BENCH_DEFAULT) <= set(METHOD_NAMES)
 
@@ -78,10 +82,14 @@ def test_resolve_tree_takes_names_specs_and_trees():
 
 
 def test_drafter_default_tree_is_the_tables_eagle2():
-    """`Drafter`'s default was once a name its parser refused; now names resolve in one place."""
+    """`Drafter`'s default is the table's eagle2 tree; the algorithm reads tree specs, and the
+    table's names resolve at the edge (`resolve_tree`)."""
     target = tiny_target("llama", seed=0, vocab_size=64)
-    assert Drafter(new_head(target)).shape == DynamicTree()
-    assert Drafter(new_head(target), tree="eagle").shape == parse_tree("eagle1")
+    assert Drafter(new_head(target)).tree == DynamicTree() == resolve_tree("eagle2")
+    assert Drafter(new_head(target), tree="eagle2").tree == DynamicTree()
+    assert Drafter(new_head(target), tree=resolve_tree("eagle")).tree == parse_tree("eagle1")
+    with pytest.raises(EagleMiniError, match="tree spec must be one of"):
+        Drafter(new_head(target), tree="eagle-chain")   # a method's name: the edge resolves it
 
 
 def test_pick_head_and_method_tree_follow_the_table():
@@ -91,8 +99,9 @@ def test_pick_head_and_method_tree_follow_the_table():
     assert pick_head("eagle2", {"eagle1": h1, "eagle3": h3}) is h1
     with pytest.raises(EagleMiniError, match="drafts with an eagle3 head"):
         pick_head("eagle3", h1)
-    assert method_tree(target, h1, "eagle-chain") == "chain:4"
-    with pytest.raises(EagleMiniError, match="not an EAGLE method"):
+    assert method_tree(target, h1, "eagle-chain") == parse_tree("chain:4")
+    assert method_tree(target, h1, "eagle2", tree="eagle") == parse_tree("eagle1")
+    with pytest.raises(EagleMiniError, match="drafts no tree"):
         method_tree(target, h1, "hf-generate")
 
 

@@ -35,15 +35,17 @@ def cmd_generate(args):
     from eagle_mini.measure.load import LoadWatch, warn
     from eagle_mini.methods import method
     from eagle_mini.runtime.run import run_method
-    if not method(args.method).is_eagle:
-        refuse_ignored(args, ("--head", "--tree"), f"with --method {args.method}")
+    row = method(args.method)
+    if not row.is_eagle:
+        refuse_ignored(args, ("--head",) if row.drafts else ("--head", "--tree"),
+                       f"with --method {args.method}")
     if not args.temperature:
         refuse_ignored(args, ("--top-p", "--top-k", "--seed"), "when decoding greedily "
                        "(--temperature 0)")
     tree = tree_arg(args.tree)
     target = load(args)
     head = None
-    if method(args.method).is_eagle:
+    if row.is_eagle:
         head, note = head_for(args, target, (args.method,))
         print(note, file=sys.stderr)
     streamer = None if args.json else _text_streamer(target)

@@ -27,7 +27,7 @@ import torch
 
 from eagle_mini.course.explorer import Explorer
 from eagle_mini.decode import EagleDecoder
-from eagle_mini.methods import EAGLE, EAGLE2, EAGLE_CHAIN
+from eagle_mini.methods import EAGLE, EAGLE2, EAGLE_CHAIN, resolve_tree
 from eagle_mini.sampling import SamplingConfig
 
 ACCEPTED, TRIED, UNTRIED, BONUS = "#2a9d8f", "#e76f51", "#d9d9d9", "#6a4c93"  # no clash with depth colours
@@ -97,13 +97,14 @@ def matched_slots(before: torch.Tensor, after: torch.Tensor) -> list[int]:
 
 class Stepper:
     """`generate`, one cycle per `step()` (`EagleDecoder.step`, the very cycle `generate` runs);
-    `cycles` keeps every `Cycle`, `output_ids` the tokens. `seed` None draws a fresh one."""
+    `cycles` keeps every `Cycle`, `output_ids` the tokens. `seed` None draws a fresh one. `tree`:
+    a method name or a tree spec (`methods.resolve_tree`)."""
 
     def __init__(self, target, head, prompt, tree=EAGLE2, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = 0,
                  max_new_tokens: int = 64):
         self.target, self.max_new_tokens = target, max_new_tokens
-        self.decoder = EagleDecoder(target, head, prompt, tree,
+        self.decoder = EagleDecoder(target, head, prompt, resolve_tree(tree),
                                     SamplingConfig(temperature, top_p, top_k), seed,
                                     max_new_tokens=max_new_tokens)
         self.cycles: list[Cycle] = []

@@ -190,7 +190,7 @@ def decode_tau(target, head, variant, prompts, max_new_tokens: int, tree,
     for p in tqdm(prompts, desc=f"tau {variant.name}", unit="prompt", disable=not progress):
         ids = prepare_prompt(target, p)
         drafter = make_drafter(head, variant, tree, ids)
-        g = generate(target, head, ids, max_new_tokens, tree=drafter.shape, drafter=drafter)
+        g = generate(target, head, ids, max_new_tokens, drafter=drafter)
         rows.append({k: g.stats[k] for k in ("new_tokens", "target_forwards")})
     tau, se = pooled_tau(rows)
     return {"prompts": len(rows), "max_new_tokens": max_new_tokens, "tree": str(tree),

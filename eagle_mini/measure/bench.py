@@ -32,9 +32,9 @@ from eagle_mini.data import evenly_spaced, load_prompts
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.auto import choose_auto_tree, predict
 from eagle_mini.measure.evaluate import pooled_tau
-from eagle_mini.methods import (AUTO, BENCH_DEFAULT, EAGLE2, EAGLE_METHODS, METHOD_NAMES, VANILLA,
+from eagle_mini.methods import (AUTO, BENCH_DEFAULT, DRAFTING, EAGLE2, METHOD_NAMES, VANILLA,
                                 method as method_row)
-from eagle_mini.runtime.run import pick_head, run_hf, run_method
+from eagle_mini.runtime.run import pick_head, run_method
 from eagle_mini.runtime.exact import exact_of, stock_forward
 from eagle_mini.runtime.kernels import kernels_note
 from eagle_mini.runtime.cost import cost_curve, pool_cost_curves
@@ -68,22 +68,21 @@ class Variant:
 
 def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, auto_tree=None,
             variants=None):
-    """One generation on the runtime's clock (`run_method`, or `run_hf` for an "hf" variant) ->
-    (output ids, stats). `method` is a method name, the label of one of `variants`, or
-    `STOCK_VANILLA` (vanilla on an exact target's stock forward, switched outside the clock)."""
+    """One generation on the runtime's clock (`run_method`) -> (output ids, stats). `method` is a
+    method name, the label of one of `variants` (its method, with its head and its Hugging Face
+    options), or `STOCK_VANILLA` (vanilla on an exact target's stock forward, switched outside the
+    clock)."""
     if method == STOCK_VANILLA:
         with stock_forward(target):
             return run_one(target, head, VANILLA, prompt, max_new_tokens, temperature, seed)
+    options = {}
     v = (variants or {}).get(method)
-    if v is not None and method_row(v.method).runner == "hf":
-        options = {**method_row(v.method).hf_options, **v.hf_options}
-        gen = run_hf(target, prompt, max_new_tokens, options, temperature=temperature, seed=seed)
-    else:
-        if v is not None:
-            method, head = v.method, v.head
-        tree = auto_tree if method == AUTO else None
-        gen = run_method(target, head, method, prompt, max_new_tokens, tree=tree,
-                         temperature=temperature, seed=seed)
+    if v is not None:
+        method, options = v.method, v.hf_options
+        head = v.head if v.head is not None else head
+    tree = auto_tree if method == AUTO else None
+    gen = run_method(target, head, method, prompt, max_new_tokens, tree=tree, options=options,
+                     temperature=temperature, seed=seed)
     return gen.output_ids, gen.stats
 
 
@@ -224,7 +223,7 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
 
 def baseline(result) -> dict:
     """The vanilla EAGLE is held to: the faster of exact and stock vanilla where the bench ran
-    both (`stock_vanilla`), else vanilla; and each EAGLE method's speedup against it.
+    both (`stock_vanilla`), else vanilla; and each drafting method's speedup against it.
 
         >>> r = {"methods": {"vanilla": {"tokens_per_second": 20.0},
         ...                  "eagle2": {"tokens_per_second": 30.0, "tau": 2.0}},
@@ -238,7 +237,7 @@ def baseline(result) -> dict:
     name, tps = max(options, key=lambda o: o[1])
     return {"name": name, "tokens_per_second": tps,
             "speedups": {m: r["tokens_per_second"] / tps for m, r in result["methods"].items()
-                         if m in EAGLE_METHODS}}
+                         if m in DRAFTING}}
 
 
 def curve_round_points(n_prompts: int, rounds: int) -> set[int]:

@@ -16,7 +16,7 @@ from collections import Counter
 import torch
 
 from eagle_mini.decode import generate
-from eagle_mini.methods import EAGLE2
+from eagle_mini.methods import EAGLE2, resolve_tree
 from eagle_mini.training.commands import validation_features
 from eagle_mini.data import evenly_spaced, load_prompts, mtbench_questions
 from eagle_mini.training.train import evaluate_head
@@ -62,7 +62,8 @@ def eval_head(target, head, n_text: int = 50, n_prompts: int = 80, max_new_token
     runs, by_cat, depth, tries = [], {}, Counter(), Counter()
     questions = evenly_spaced(mtbench_questions(), n_prompts)
     for q in tqdm(questions, desc="eval-head MT-bench", unit="prompt", disable=not progress):
-        stats = generate(target, head, q["turns"][0], max_new_tokens, tree=tree or EAGLE2).stats
+        stats = generate(target, head, q["turns"][0], max_new_tokens,
+                         tree=resolve_tree(tree or EAGLE2)).stats
         runs.append(stats)
         by_cat.setdefault(q["category"], []).append(stats)
         for d, rate in stats["acceptance_per_depth"].items():
@@ -90,7 +91,7 @@ def tau_on(target, head, dataset: str, n: int, max_new_tokens: int = 64, tree=No
     """Pooled tau (and its standard error) decoding `n` prompts spread over a named prompt set."""
     from tqdm.auto import tqdm
     prompts = evenly_spaced(load_prompts(dataset), n)
-    runs = [generate(target, head, p, max_new_tokens, tree=tree or EAGLE2).stats
+    runs = [generate(target, head, p, max_new_tokens, tree=resolve_tree(tree or EAGLE2)).stats
             for p in tqdm(prompts, desc=f"eval-head {dataset}", unit="prompt", disable=not progress)]
     tau, se = pooled_tau(runs)
     return {"prompts": len(runs), "max_new_tokens": max_new_tokens, "tree": str(tree or EAGLE2),

@@ -1,9 +1,11 @@
 """Run any method of the table (`eagle_mini/methods.py`) by name, on one clock.
 
-"vanilla" is `decode.generate_vanilla`; the EAGLE rows are `decode.generate` with the row's tree
-and head kind; the "hf" rows are Hugging Face `generate` on the same model with the row's options.
-"auto" is EAGLE-2 with the tree size measured for this machine (`auto.py`): the algorithm never
-resolves it, measuring the machine is the runtime's job, so it happens here.
+Each row names its runner, and `RUNNERS` runs it: "plain" is `decode.generate_vanilla`;
+"draft-verify" is `decode.generate` with the drafter the row's `drafter` class builds for its
+tree and head kind (the EAGLE rows draft with a head, `prompt-lookup` with none); "hf" is Hugging
+Face `generate` on the same model with the row's options. Method names are resolved here, at the
+edge: the algorithm takes trees and drafters. "auto" is EAGLE-2 with the tree size measured for
+this machine (`auto.py`): measuring the machine is the runtime's job, so it happens here too.
 
 The clock. Every method is timed from the same point: after templating and tokenising the prompt
 (`decode.prepare_prompt`), before the prefill; it stops when the last token is out. The bench
@@ -18,7 +20,8 @@ from eagle_mini.decode import (Generation, cycle_stats, generate, generate_vanil
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads import head_kind
 from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
-from eagle_mini.methods import EAGLE_METHODS, MEASURED, method
+from eagle_mini.methods import DRAFTING, MEASURED, method, resolve_tree
+from eagle_mini.sampling import SamplingConfig
 from eagle_mini.runtime.auto import auto_tree
 from eagle_mini.runtime.packed import pack_linears, packed_kind
 
@@ -43,29 +46,54 @@ def pick_head(name: str, heads, pack_like=None):
 
 
 def method_tree(target, head, name: str, tree=None):
-    """The tree method `name` decodes with: `tree` when given, the measured one for a method whose
-    tree is measured ("auto"), else the table's."""
+    """The tree method `name` decodes with: `tree` (a method name or a spec, `resolve_tree`) when
+    given, the measured one for a method whose tree is measured ("auto"), else the table's."""
     row = method(name)
-    if not row.is_eagle:
-        raise EagleMiniError(f"{name!r} is not an EAGLE method; known: {', '.join(EAGLE_METHODS)}")
+    if not row.drafts:
+        raise EagleMiniError(f"{name!r} drafts no tree; methods that draft: {', '.join(DRAFTING)}")
     if tree is not None:
-        return tree
+        return resolve_tree(tree)
     if row.tree == MEASURED:
         return auto_tree(target, pick_head(name, head, pack_like=target))
-    return row.tree
+    return resolve_tree(row.tree)
 
 
-def run_method(target, head, name, prompt, max_new_tokens, tree=None, **kw) -> Generation:
-    """One generation with a method name; `tree` overrides an EAGLE method's tree. `kw`:
-    temperature, top_p, top_k, seed (and streamer, except for the HF rows)."""
+def _no_options(row, options):
+    if options:
+        raise EagleMiniError(f"{row.name} takes no Hugging Face options; got {sorted(options)}")
+
+
+def _plain(target, head, row, prompt, max_new_tokens, tree, options, **kw) -> Generation:
+    _no_options(row, options)
+    return generate_vanilla(target, prompt, max_new_tokens, **kw)
+
+
+def _draft_verify(target, head, row, prompt, max_new_tokens, tree, options, **kw) -> Generation:
+    _no_options(row, options)
+    head = pick_head(row.name, head, pack_like=target) if row.is_eagle else None
+    shape = method_tree(target, head, row.name, tree)
+    sampling = SamplingConfig(kw.get("temperature", 0.0), kw.get("top_p", 1.0), kw.get("top_k", 0))
+    drafter = row.drafter.build(head, shape, sampling)
+    return generate(target, head, prompt, max_new_tokens, tree=shape, drafter=drafter, **kw)
+
+
+def _hf(target, head, row, prompt, max_new_tokens, tree, options, streamer=None, **kw) -> Generation:
+    if streamer is not None:
+        raise EagleMiniError(f"{row.name} runs Hugging Face `generate`, which streams nothing here")
+    return run_hf(target, prompt, max_new_tokens, {**row.hf_options, **options}, **kw)
+
+
+# How each runner of the table runs a row (`methods.Method.runner`).
+RUNNERS = {"plain": _plain, "draft-verify": _draft_verify, "hf": _hf}
+
+
+def run_method(target, head, name, prompt, max_new_tokens, tree=None, options=None,
+               **kw) -> Generation:
+    """One generation with a method name, through its row's runner; `tree` overrides a drafting
+    method's tree, `options` adds to an "hf" row's options (a bench variant's). `kw`:
+    temperature, top_p, top_k, seed, streamer."""
     row = method(name)
-    if row.runner == "hf":
-        return run_hf(target, prompt, max_new_tokens, row.hf_options, **kw)
-    if row.runner == "plain":
-        gen = generate_vanilla(target, prompt, max_new_tokens, **kw)
-    else:
-        gen = generate(target, pick_head(name, head, pack_like=target), prompt, max_new_tokens,
-                       tree=method_tree(target, head, name, tree), **kw)
+    gen = RUNNERS[row.runner](target, head, row, prompt, max_new_tokens, tree, options or {}, **kw)
     gen.stats["method"] = name
     return gen
 
