@@ -51,6 +51,7 @@ KNOWN_TARGETS = {
     "smollm2-135m": {"gguf": "smollm2-gguf", "eos": ["<|im_end|>"]},
     "vicuna-7b": {"hub": "lmsys/vicuna-7b-v1.3", "chat_template": VICUNA_TEMPLATE},
     "llama3.1-8b-instruct": {"hub": "meta-llama/Llama-3.1-8B-Instruct"},
+    "qwen2.5-1.5b-instruct": {"hub": "Qwen/Qwen2.5-1.5B-Instruct"},   # the T4 scale's (gpu_fit.py)
 }
 
 # What to do when a hub model cannot be loaded, one line each (`load_error`).
