@@ -51,6 +51,7 @@ KNOWN_TARGETS = {
     "smollm2-135m": {"gguf": "smollm2-gguf", "eos": ["<|im_end|>"]},
     "vicuna-7b": {"hub": "lmsys/vicuna-7b-v1.3", "chat_template": VICUNA_TEMPLATE},
     "llama3.1-8b-instruct": {"hub": "meta-llama/Llama-3.1-8B-Instruct"},
+    "qwen2.5-1.5b-instruct": {"hub": "Qwen/Qwen2.5-1.5B-Instruct"},   # the T4 scale's (gpu_fit.py)
 }
 
 # What to do when a hub model cannot be loaded, one line each (`load_error`).
@@ -261,9 +262,7 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
     try:
         with quiet_hf():
             tokenizer = AutoTokenizer.from_pretrained(where)
-            model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype(dtype),
-                                                         attn_implementation="sdpa")
-        model = model.to(device).eval()
+            model = load_model(where, dtype, device)
     except Exception as e:  # noqa: BLE001 - sorted by load_error; anything else is re-raised
         error = load_error(name, where, dtype, e)
         if error is None:
@@ -278,6 +277,29 @@ def load_target(name: str = "smollm2-135m", dtype="fp32", device: str = "cpu",
     target.kernels = {"kernels": packed_kind(model) or "stock",
                       "how": f"load_target(pack={pack})"}
     return target
+
+
+def load_model(where: str, dtype, device: str):
+    """The Hugging Face model at `where` (a directory or hub id) in `dtype` on `device`, in eval
+    mode. Off the CPU the weights stream shard by shard straight onto the device (`device_map`:
+    the model is made empty, then each safetensors shard is mapped and its tensors moved as they
+    come), so the machine's RAM need not hold the model: free Colab has less RAM than a 7B model
+    in bf16. `tests/test_streamed_load.py` checks the arguments and the host memory a sharded load
+    peaks at."""
+    model = AutoModelForCausalLM.from_pretrained(where, **load_kwargs(dtype, device))
+    return model.eval()
+
+
+def load_kwargs(dtype, device: str) -> dict:
+    """`from_pretrained`'s arguments for `load_model`: `device_map` off the CPU.
+
+        >>> load_kwargs("bf16", "cuda")["device_map"]
+        'cuda'
+    """
+    kwargs = {"dtype": torch_dtype(dtype), "attn_implementation": "sdpa"}
+    if torch.device(device).type != "cpu":
+        kwargs["device_map"] = str(device)
+    return kwargs
 
 
 def known_spec(name: str, where: str) -> dict:

@@ -14,24 +14,48 @@
 # with CUDA:  bash scripts/gpu_run.sh   (PY=... names another interpreter)
 # Results land in data/results/gpu/ with the GPU named inside each JSON (machine.gpu); each step's
 # time goes to data/results/gpu/gpu_run_steps.txt.
-set -euo pipefail
+# Every step runs on its own: one that fails does not stop the next. Each records ok, failed (the
+# last line of its stderr) or skipped (why: no CUDA, no bf16 units, not enough free GPU memory for
+# its plan; eagle_mini/course/gpu_fit.py's skip_reason), and the run ends with a summary table,
+# printed and written to data/results/gpu/gpu_run_summary.md (each step's stderr beside it, in
+# logs/); it exits 1 when a step failed. GPU_RUN_FAIL=STEP makes STEP fail on purpose
+# (tests/test_gpu_run.py checks that the later steps still run).
 cd "$(dirname "$0")/.."
 if [ -z "${PY:-}" ]; then
     if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 fi
 OUT=${OUT:-data/results/gpu}
-mkdir -p "$OUT"
+mkdir -p "$OUT/logs"
 STEPS="$OUT/gpu_run_steps.txt"
+SUMMARY="$OUT/gpu_run_summary.md"
 : > "$STEPS"
-step() {   # step NAME COMMAND...: run it, then record its exit status and seconds
-    local name=$1 start=$SECONDS
+ROWS=()
+step() {   # step NAME COMMAND...: run it unless gpu_fit says why not; record ok / failed / skipped
+    local name=$1 start=$SECONDS err="$OUT/logs/$1.stderr" why rc
     shift
+    why=$("$PY" -c "from eagle_mini.course.gpu_fit import skip_reason; print(skip_reason('$name'))" \
+          2>/dev/null | tail -n 1)
+    if [ -n "$why" ]; then
+        echo "== $name: skipped ($why)"
+        ROWS+=("| $name | skipped | - | $why |")
+        return
+    fi
     echo "== $name: $*"
-    "$@"
+    if [ "${GPU_RUN_FAIL:-}" = "$name" ]; then
+        set -- bash -c 'echo "made to fail on purpose (GPU_RUN_FAIL=$0)" >&2; exit 1' "$name"
+    fi
+    { "$@" 2>&1 1>&3 3>&- | tee "$err" >&2; } 3>&1
+    rc=${PIPESTATUS[0]}
     echo "$name: $((SECONDS - start)) s" | tee -a "$STEPS"
+    if [ "$rc" -eq 0 ]; then
+        ROWS+=("| $name | ok | $((SECONDS - start)) | |")
+    else
+        why=$(grep -v '^[[:space:]]*$' "$err" | tail -n 1 | tr '|' '/')
+        ROWS+=("| $name | failed | $((SECONDS - start)) | ${why:-exit status $rc} |")
+    fi
 }
 step sampling_tests bash -c "EAGLE_MINI_TEST_DEVICE=cuda '$PY' -m pytest -q -p no:cacheprovider \
-    tests/test_lossless_sampling.py tests/test_device.py 2>&1 | tee '$OUT/sampling_tests_cuda.txt'; \
+    tests/test_lossless_sampling.py tests/test_device.py 2>&1 | tee '$OUT/sampling_tests_cuda.txt' >&2; \
     exit \${PIPESTATUS[0]}"
 step cost_curve_135m "$PY" -m eagle_mini profile-target --device cuda --dtype fp32 --max-n 128 \
     --out "$OUT/cost_curve_smollm2-135m_cuda.json"
@@ -51,3 +75,11 @@ if [ -n "${REGEN_N:-}" ]; then
         --start "$START" --max-conversations "$REGEN_N" --batch-size 64 --max-new-tokens 512 \
         --max-len 1024 --out "$OUT/regenerated_train.jsonl"
 fi
+{
+    echo "| step | status | seconds | why |"
+    echo "|---|---|---|---|"
+    printf '%s\n' "${ROWS[@]}"
+} > "$SUMMARY"
+echo
+cat "$SUMMARY"
+case "${ROWS[*]}" in *"| failed |"*) exit 1 ;; esac   # skipped steps are not failures

@@ -40,23 +40,23 @@ def test_fixed_k_linear_computes_the_linear():
     assert chunked(x).dtype == torch.bfloat16
 
 
-def test_fixed_k_linear_takes_both_layouts_and_the_chunks_run_in_order():
-    """A one-token step runs the stacked layout, a tree the batched one: each must be every
-    chunk's product, summed in fp32 in order (the oracle: that sum written out). A zero chunk
-    planted in the stacked weight is caught."""
+def test_fixed_k_linear_sums_its_chunks_in_order_over_the_shared_weight():
+    """Two whole chunks in one batched product and a shorter last one: every row count must give
+    every chunk's product summed in fp32 in order (the oracle: that sum written out). The chunks
+    are views of the linear's own weight (no copy): a chunk zeroed there is felt at once."""
     torch.manual_seed(1)
     lin = torch.nn.Linear(1100, 40, bias=True).to(torch.bfloat16)
     chunked = FixedKLinear(lin, 512)
-    x = torch.randn(FixedKLinear.STACKED_ROWS + 3, 1100).to(torch.bfloat16)
-    padded = torch.nn.functional.pad(x, (0, 3 * 512 - 1100))
-    w = torch.nn.functional.pad(lin.weight, (0, 3 * 512 - 1100))
-    parts = [padded[:, i * 512:(i + 1) * 512] @ w[:, i * 512:(i + 1) * 512].T for i in range(3)]
+    assert chunked.weight is lin.weight and not list(chunked.buffers())
+    x = torch.randn(5, 1100).to(torch.bfloat16)
+    cuts = [(0, 512), (512, 1024), (1024, 1100)]
+    parts = [x[:, a:b] @ lin.weight[:, a:b].T for a, b in cuts]
     oracle = ((parts[0].float() + parts[1].float()) + parts[2].float() + lin.bias.float())
-    for rows in (1, FixedKLinear.STACKED_ROWS, len(x)):   # stacked, stacked, batched
+    for rows in (1, 2, len(x)):
         torch.testing.assert_close(chunked(x[:rows]).float(), oracle[:rows].bfloat16().float(),
                                    atol=0.02, rtol=0.01)
     with torch.no_grad():
-        chunked.stacked[0].weight[40:80] = 0          # the second chunk lost in the stacked layout
+        lin.weight[:, 512:1024] = 0                 # the second chunk lost in the shared weight
     assert not torch.allclose(chunked(x[:1]).float(), oracle[:1].float(), atol=0.05, rtol=0.02)
 
 

@@ -23,6 +23,7 @@ from eagle_mini.cli import main
 from eagle_mini.course.assignments import (NOTEBOOKS, RELEASE, SOURCE, STUDENT, numbered_notebooks,
                                            source_notebooks)
 from eagle_mini.course.figures import prose_findings
+from eagle_mini.course.gpu_fit import fit_markdown
 from eagle_mini.course.student_repo import ROOT, WITHHELD, answers, leaks, write
 
 LESSONS = numbered_notebooks()
@@ -316,7 +317,9 @@ def test_the_class_readme_names_no_measured_figure_and_no_instructor_material(re
     text = (repo / "README.md").read_text()
     table = text[text.index("| notebook |"):text.index("## Assignments")]
     assert all(f"(notebooks/{n}.ipynb)" in table for n in LESSONS)   # the course's own table
-    assert prose_findings(text.replace(table, "")) == []
+    fit = text[text.index("<!-- generated:gpu_fit -->"):text.index("<!-- /generated:gpu_fit -->")]
+    assert fit_markdown() in fit                       # computed from configs, not measured
+    assert prose_findings(text.replace(table, "").replace(fit, "")) == []
     for word in ("INSTRUCTOR", "source/", "make grade", "answer key"):
         assert word not in text, word
     for link in re.findall(r"\]\(([^)#]+)", text):

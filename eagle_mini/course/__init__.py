@@ -2,8 +2,9 @@
 
 `EAGLE_MINI_SCALE=ci` runs every notebook in <= 2 minutes on a 2-core CPU (what CI executes under
 nbval); `classroom` (the default) is the learner's run, <= 10 minutes per notebook; `gpu` is the
-learner's run on a CUDA GPU with a real 7-8B target, named by `EAGLE_MINI_TARGET` (a hub id or a
-local model directory; `gpu_scale.py` runs it).
+learner's run on a CUDA GPU with a real target, named by `EAGLE_MINI_TARGET` (a hub id or a
+local model directory), else the card class's (`gpu_fit.py`: a 1.5B target on a T4, 7B on a 24 GB
+card or an A100); `gpu_scale.py` runs it.
 
     >>> pick(ci=2, classroom=20)   # doctest: +SKIP
     20
@@ -33,8 +34,16 @@ def pick(ci, classroom, gpu=None):
 
 def gpu_target() -> str:
     """The target of the `gpu` scale: `EAGLE_MINI_TARGET` (a course name, hub id or local model
-    directory), else `DEFAULT_GPU_TARGET`."""
-    return os.environ.get("EAGLE_MINI_TARGET") or DEFAULT_GPU_TARGET
+    directory), else the card class's (`EAGLE_MINI_GPU_SCALE`, or the GPU at hand:
+    `gpu_fit.card_scale`), else, without a GPU, `DEFAULT_GPU_TARGET`."""
+    import torch
+
+    from eagle_mini.course.gpu_fit import card_scale
+    if os.environ.get("EAGLE_MINI_TARGET"):
+        return os.environ["EAGLE_MINI_TARGET"]
+    if os.environ.get("EAGLE_MINI_GPU_SCALE") or torch.cuda.is_available():
+        return card_scale().target
+    return DEFAULT_GPU_TARGET
 
 
 def setup_plots():

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from eagle_mini.course.gpu_fit import device_dtype
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads import load_head
 from eagle_mini.measure.bench import Variant, bench
@@ -47,6 +48,8 @@ RELEASED = {
                                          "eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
                                          "assistant": "meta-llama/Llama-3.2-1B-Instruct",
                                          "gated": True},
+    "Qwen/Qwen2.5-1.5B-Instruct": {"eagle1": None, "eagle3": None,
+                                   "assistant": "Qwen/Qwen2.5-0.5B-Instruct", "gated": False},
 }
 # GPU memory from the vendors' spec sheets: ASSUMED figures, not measured here.
 GPU_MEMORY_GB = {"T4 (Colab's free GPU)": 16, "L4": 24, "A10 / A10G": 24, "A100 40GB": 40,
@@ -156,8 +159,10 @@ def target_facts(name: str) -> dict:
             "assisted-generation draft": entry.get("assistant") or "none known to the package"}
 
 
-def load_gpu_target(name: str, dtype="bf16", device: str = "cuda"):
-    """`load_target` after `check_fits` on a CUDA device; its one-line errors otherwise."""
+def load_gpu_target(name: str, dtype: str | None = None, device: str = "cuda"):
+    """`load_target` after `check_fits` on a CUDA device; its one-line errors otherwise. `dtype`
+    None: the device's (`gpu_fit.device_dtype`: bf16 with bf16 units, else fp16)."""
+    dtype = dtype or device_dtype(device)
     if torch.device(device).type == "cuda":
         check_fits(name, parameters(name), dtype)
     return load_target(name, dtype=dtype, device=device)

@@ -7,8 +7,9 @@ citation. The module runs no model: it formats JSON.
 
 * `results_markdown(root)`: the whole of RESULTS.md;
 * `readme_blocks(root)`: the README's blocks between `<!-- generated:NAME -->` and
-  `<!-- /generated:NAME -->` markers: `results` (one short table) and `notebooks` (the course
-  table with each notebook's run time, read from the committed notebook's cell timestamps);
+  `<!-- /generated:NAME -->` markers: `results` (one short table), `notebooks` (the course
+  table with each notebook's run time, read from the committed notebook's cell timestamps) and
+  `gpu_fit` (each GPU scale's memory and disk arithmetic, `course/gpu_fit.py`);
 * `write(root)` / `stale(root)`: write both files, or list those that differ from what the files
   in `root` produce (what `tests/test_results_docs.py` checks).
 
@@ -20,6 +21,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
+from eagle_mini.course.gpu_fit import fit_markdown
 from eagle_mini.methods import EAGLE2, EAGLE_METHODS, VANILLA, method
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.cost import CHEAP, cheap_until
@@ -802,7 +804,8 @@ def readme_notebooks(root: Path) -> str:
 
 
 def readme_blocks(root=".") -> dict[str, str]:
-    return {"results": readme_results(Files(root)), "notebooks": readme_notebooks(Path(root))}
+    return {"results": readme_results(Files(root)), "notebooks": readme_notebooks(Path(root)),
+            "gpu_fit": fit_markdown()}
 
 
 def fill(text: str, blocks: dict[str, str]) -> str:

@@ -4,15 +4,14 @@ forward's linears give each node the bits of a one-token step (EAGLE §3.3 made 
 A matmul's kernel may split its K reduction by the number of rows, so in reduced precision a row's
 result can depend on how many rows run beside it. A linear whose rows come out the same for every
 row count is left alone; the others are summed over fixed K-chunks, in fp32, in a fixed order
-(`FixedKLinear`), which vanilla then uses too, and where no chunk will do, every row runs alone
-(`RowByRowLinear`). Which linears need the chunks depends on the CPU and its kernels, so each
-weight shape is measured on the machine at hand (`measure_chunks`).
+(`FixedKLinear`, over views of the weight: no copy), which vanilla then uses too, and where no
+chunk will do, every row runs alone (`RowByRowLinear`). Which linears need the chunks depends on
+the CPU (or GPU) and its kernels, so each weight shape is measured on the machine at hand
+(`measure_chunks`).
 """
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from eagle_mini.runtime.packed import pack_linears
 
 CHUNKS = (512, 256, 128)          # K-chunk sizes tried, largest (fewest extra ops) first
 ROW_COUNTS = (1, 2, 3, 4, 5, 6, 8, 11, 16, 26, 32, 60, 64)   # the tree sizes a forward may carry
@@ -32,49 +31,32 @@ class ExactLinear(nn.Module):
 
 class FixedKLinear(ExactLinear):
     """A linear whose every output row is reduced in the same order whatever the row count: the K
-    dimension cut into fixed chunks of `chunk` (the last one padded with zeros), each chunk's
-    product in the weight's dtype, summed in fp32 from the first chunk to the last, then cast back
-    (bias added last, in fp32). Two layouts of the chunked weight are made once:
+    dimension cut into fixed chunks of `chunk`, each chunk's product in the weight's dtype, added
+    in fp32 from the first chunk to the last, then cast back (bias added last, in fp32).
 
-    * up to `STACKED_ROWS` rows (a one-token step), where a product costs one read
-      of the weight: the chunks stacked as one weight of `chunks` x out rows by `chunk`, packed by
-      oneDNN where it can (`packed.py`), and every row's chunks multiplied by all of it in one
-      call; each chunk's product is its own block of the result (the rest, chunk i against
-      weight j, is thrown away: `chunks` times the FLOPs, one weight read, one call);
-    * more rows: all chunks' products in one batched call.
-
-    Whether the two give a row the same bits is a fact of the machine's kernels: `chunk_for`
-    measures every row count against rows alone across the switch, and the self-check tests the
-    whole forward."""
-    STACKED_ROWS = 2
+    It holds no weight of its own: the chunks are views of the shared weight, made at call time
+    (`[chunks, chunk, out]` over the same storage), all whole chunks multiplied in one batched
+    call and a shorter last chunk (`in_features` not a multiple of `chunk`) in one more. So exact
+    mode costs no memory for its linears, on a CPU or a GPU (`tests/test_exact_memory.py`).
+    Whether a batched product gives a row the same bits for every row count is a fact of the
+    machine's kernels: `chunk_for` measures it, and the self-check tests the whole forward."""
 
     def __init__(self, linear: nn.Linear, chunk: int):
         super().__init__(linear)
-        self.chunk, self.chunks = chunk, -(-self.in_features // chunk)
-        with torch.no_grad():
-            w = F.pad(linear.weight, (0, self.chunks * chunk - self.in_features))
-            by_chunk = w.view(self.out_features, self.chunks, chunk).permute(1, 2, 0).contiguous()
-            self.register_buffer("by_chunk", by_chunk, persistent=False)   # [chunks, chunk, out]
-            stacked = nn.Linear(chunk, self.chunks * self.out_features, bias=False,
-                                device=w.device, dtype=w.dtype)
-            stacked.weight.copy_(by_chunk.transpose(1, 2).reshape(-1, chunk))
-            stacked.requires_grad_(False)
-            pack_linears(stacked, "onednn")
-            self.stacked = (stacked,)   # a tuple: a kernel's layout, not a parameter of the model
+        self.chunk, self.whole = chunk, self.in_features // chunk   # whole chunks; a tail after
 
     def forward(self, x):
         rows = x.reshape(-1, self.in_features)
-        if self.chunks * self.chunk != self.in_features:
-            rows = F.pad(rows, (0, self.chunks * self.chunk - self.in_features))
-        n, c, out = rows.shape[0], self.chunks, self.out_features
-        if n <= self.STACKED_ROWS:
-            every = self.stacked[0](rows.reshape(n * c, self.chunk)).view(n, c, c, out)
-            parts = every.diagonal(dim1=1, dim2=2).permute(2, 0, 1)       # [chunks, rows, out]
-        else:
-            parts = torch.bmm(rows.view(n, c, self.chunk).transpose(0, 1), self.by_chunk)
-        total = parts.float().sum(0)                                  # [rows, out], chunk by chunk
+        n, out, cut = rows.shape[0], self.out_features, self.whole * self.chunk
+        w = self.weight[:, :cut].view(out, self.whole, self.chunk).permute(1, 2, 0)
+        parts = list(torch.bmm(rows[:, :cut].view(n, self.whole, self.chunk).transpose(0, 1), w))
+        if cut < self.in_features:
+            parts.append(F.linear(rows[:, cut:], self.weight[:, cut:]))
+        total = parts[0].float()
+        for part in parts[1:]:              # chunk by chunk, in order: elementwise, row by row
+            total += part.float()
         if self.bias is not None:
-            total = total + self.bias.float()
+            total += self.bias.float()
         return total.to(x.dtype).view(*x.shape[:-1], out)
 
     def extra_repr(self) -> str:
