@@ -17,7 +17,8 @@ from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.runtime.auto import auto_tree
 from eagle_mini.runtime.cost import cost_curve
 from eagle_mini.runtime.exact import (ALONE, ATTENTION, BLOCKS, GROUPED, PREFILL_CHUNK,
-                                      FixedKLinear, apply, attention, make_exact, replay_path,
+                                      STACKED, VIEWS, FixedKLinear, StackedFixedKLinear, apply,
+                                      attention, layout_for, make_exact, replay_path,
                                       restore, row_invariant, use_exact)
 from eagle_mini.runtime.run import run_method
 from eagle_mini.target import crop_cache, keep_cache_entries
@@ -41,7 +42,7 @@ def test_fixed_k_linear_computes_the_linear():
 
 
 def test_fixed_k_linear_sums_its_chunks_in_order_over_the_shared_weight():
-    """Two whole chunks in one batched product and a shorter last one: every row count must give
+    """Two whole chunks and a shorter last one, each its own product: every row count must give
     every chunk's product summed in fp32 in order (the oracle: that sum written out). The chunks
     are views of the linear's own weight (no copy): a chunk zeroed there is felt at once."""
     torch.manual_seed(1)
@@ -58,6 +59,39 @@ def test_fixed_k_linear_sums_its_chunks_in_order_over_the_shared_weight():
     with torch.no_grad():
         lin.weight[:, 512:1024] = 0                 # the second chunk lost in the shared weight
     assert not torch.allclose(chunked(x[:1]).float(), oracle[:1].float(), atol=0.05, rtol=0.02)
+
+
+def test_stacked_fixed_k_linear_takes_both_paths_and_the_chunks_run_in_order():
+    """The CPU's layout with a copy: a one-token step runs the stacked weight, a tree the batched
+    one; each must be every chunk's product (the last padded with zeros), summed in fp32 in
+    order. A zero chunk planted in the stacked weight is caught."""
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(1100, 40, bias=True).to(torch.bfloat16)
+    chunked = StackedFixedKLinear(lin, 512)
+    x = torch.randn(StackedFixedKLinear.STACKED_ROWS + 3, 1100).to(torch.bfloat16)
+    padded = torch.nn.functional.pad(x, (0, 3 * 512 - 1100))
+    w = torch.nn.functional.pad(lin.weight, (0, 3 * 512 - 1100))
+    parts = [padded[:, i * 512:(i + 1) * 512] @ w[:, i * 512:(i + 1) * 512].T for i in range(3)]
+    oracle = ((parts[0].float() + parts[1].float()) + parts[2].float() + lin.bias.float())
+    for rows in (1, StackedFixedKLinear.STACKED_ROWS, len(x)):   # stacked, stacked, batched
+        torch.testing.assert_close(chunked(x[:rows]).float(), oracle[:rows].bfloat16().float(),
+                                   atol=0.02, rtol=0.01)
+    with torch.no_grad():
+        chunked.stacked[0].weight[40:80] = 0          # the second chunk lost in the stacked layout
+    assert not torch.allclose(chunked(x[:1]).float(), oracle[:1].float(), atol=0.05, rtol=0.02)
+
+
+def test_the_layout_is_views_on_a_gpu_and_where_memory_is_short(monkeypatch):
+    """A copy of the weights only on a CPU whose free memory holds it twice over; never on a GPU
+    (a model on the meta device stands in for one: no CPU memory is in play)."""
+    from eagle_mini.runtime.exact import linears
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64)).to(torch.bfloat16)
+    need = 2 * 64 * 64 * 2
+    monkeypatch.setattr(linears, "free_memory", lambda: need)
+    assert layout_for(model) == STACKED
+    monkeypatch.setattr(linears, "free_memory", lambda: need - 1)
+    assert layout_for(model) == VIEWS
+    assert layout_for(model.to("meta")) == VIEWS
 
 
 def random_tree(rng: random.Random, n: int):

@@ -22,17 +22,19 @@ mode costs is measured by `profile-target --compare-exact`, both forwards timed 
 from eagle_mini.runtime.exact.attention import (ALONE, ATTENTION, BLOCKS, GROUPED, PREFILL_CHUNK,
                                                 ForwardKeys, chunked_prefill, exact_attention,
                                                 forward_keys, keys_of, pass_keys, single_queries)
-from eagle_mini.runtime.exact.linears import (CHUNKS, ROW_BY_ROW, ROW_COUNTS, ExactLinear,
-                                              FixedKLinear, RowByRowLinear, chunk_for,
+from eagle_mini.runtime.exact.linears import (CHUNKS, LAYOUTS, ROW_BY_ROW, ROW_COUNTS, STACKED,
+                                              VIEWS, ExactLinear, FixedKLinear, RowByRowLinear,
+                                              StackedFixedKLinear, chunk_for, layout_for,
                                               linear_modules, measure_chunks, row_invariant,
                                               shape_of)
 from eagle_mini.runtime.exact.mode import source_tag, use_exact
 from eagle_mini.runtime.exact.probe import CHECK_CHOICES, make_exact, replay_path, self_check
 from eagle_mini.runtime.exact.surgery import ExactRecord, apply, exact_of, restore, stock_forward
 
-__all__ = ["ALONE", "ATTENTION", "BLOCKS", "CHECK_CHOICES", "CHUNKS", "GROUPED", "PREFILL_CHUNK",
-           "ROW_BY_ROW", "ROW_COUNTS", "ExactLinear", "ExactRecord", "FixedKLinear", "ForwardKeys",
-           "RowByRowLinear", "apply", "chunk_for", "chunked_prefill", "exact_attention",
-           "exact_of", "forward_keys", "keys_of", "linear_modules", "make_exact",
+__all__ = ["ALONE", "ATTENTION", "BLOCKS", "CHECK_CHOICES", "CHUNKS", "GROUPED", "LAYOUTS",
+           "PREFILL_CHUNK", "ROW_BY_ROW", "ROW_COUNTS", "STACKED", "VIEWS", "ExactLinear",
+           "ExactRecord", "FixedKLinear", "ForwardKeys", "RowByRowLinear", "StackedFixedKLinear",
+           "apply", "chunk_for", "chunked_prefill", "exact_attention", "exact_of",
+           "forward_keys", "keys_of", "layout_for", "linear_modules", "make_exact",
            "measure_chunks", "pass_keys", "replay_path", "restore", "row_invariant",
            "self_check", "shape_of", "single_queries", "source_tag", "stock_forward", "use_exact"]

@@ -4,18 +4,22 @@ forward's linears give each node the bits of a one-token step (EAGLE §3.3 made 
 A matmul's kernel may split its K reduction by the number of rows, so in reduced precision a row's
 result can depend on how many rows run beside it. A linear whose rows come out the same for every
 row count is left alone; the others are summed over fixed K-chunks, in fp32, in a fixed order
-(`FixedKLinear`, over views of the weight: no copy), which vanilla then uses too, and where no
-chunk will do, every row runs alone (`RowByRowLinear`). Which linears need the chunks depends on
-the CPU (or GPU) and its kernels, so each weight shape is measured on the machine at hand
-(`measure_chunks`).
+(`FixedKLinear`, over views of the weight: no copy; on a CPU with the memory for it,
+`StackedFixedKLinear`, a copy laid out for one weight read per one-token step), which vanilla then
+uses too, and where no chunk will do, every row runs alone (`RowByRowLinear`). Which linears need
+the chunks depends on the CPU (or GPU) and its kernels, so each weight shape is measured on the
+machine at hand, in the layout that will run (`measure_chunks`, `layout_for`).
 """
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from eagle_mini.runtime.packed import pack_linears
+
 CHUNKS = (512, 256, 128)          # K-chunk sizes tried, largest (fewest extra ops) first
 ROW_COUNTS = (1, 2, 3, 4, 5, 6, 8, 11, 16, 26, 32, 60, 64)   # the tree sizes a forward may carry
 ROW_BY_ROW = -1   # `chunked` value of a linear that runs `RowByRowLinear`
+VIEWS, STACKED = "views", "stacked"   # the chunked linears' layouts (`layout_for`)
 
 
 class ExactLinear(nn.Module):
@@ -34,33 +38,99 @@ class FixedKLinear(ExactLinear):
     dimension cut into fixed chunks of `chunk`, each chunk's product in the weight's dtype, added
     in fp32 from the first chunk to the last, then cast back (bias added last, in fp32).
 
-    It holds no weight of its own: the chunks are views of the shared weight, made at call time
-    (`[chunks, chunk, out]` over the same storage), all whole chunks multiplied in one batched
-    call and a shorter last chunk (`in_features` not a multiple of `chunk`) in one more. So exact
-    mode costs no memory for its linears, on a CPU or a GPU (`tests/test_exact_memory.py`).
-    Whether a batched product gives a row the same bits for every row count is a fact of the
+    It holds no weight of its own: each chunk's product is one `F.linear` on a slice of the input
+    and the same slice of the shared weight (a view, its rows `in_features` apart, which the
+    matmul reads in place), the last chunk shorter when `in_features` is not a multiple of
+    `chunk`. So exact mode costs no memory for its linears (`tests/test_exact_memory.py`): the
+    layout for a GPU, or a CPU short of memory (`layout_for`). A batched product over strided
+    views of every chunk was timed too, and is far slower on a CPU (`scripts/probe_exact_linear.py`).
+    Whether a chunk's product gives a row the same bits for every row count is a fact of the
     machine's kernels: `chunk_for` measures it, and the self-check tests the whole forward."""
 
     def __init__(self, linear: nn.Linear, chunk: int):
         super().__init__(linear)
-        self.chunk, self.whole = chunk, self.in_features // chunk   # whole chunks; a tail after
+        self.chunk = chunk
 
     def forward(self, x):
         rows = x.reshape(-1, self.in_features)
-        n, out, cut = rows.shape[0], self.out_features, self.whole * self.chunk
-        w = self.weight[:, :cut].view(out, self.whole, self.chunk).permute(1, 2, 0)
-        parts = list(torch.bmm(rows[:, :cut].view(n, self.whole, self.chunk).transpose(0, 1), w))
-        if cut < self.in_features:
-            parts.append(F.linear(rows[:, cut:], self.weight[:, cut:]))
-        total = parts[0].float()
-        for part in parts[1:]:              # chunk by chunk, in order: elementwise, row by row
-            total += part.float()
+        total = None
+        for start in range(0, self.in_features, self.chunk):   # chunk by chunk, in order
+            stop = start + self.chunk
+            part = F.linear(rows[:, start:stop], self.weight[:, start:stop]).float()
+            total = part if total is None else total.add_(part)
         if self.bias is not None:
             total += self.bias.float()
-        return total.to(x.dtype).view(*x.shape[:-1], out)
+        return total.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, chunk={self.chunk}"
+
+
+class StackedFixedKLinear(FixedKLinear):
+    """`FixedKLinear`'s sums from a copy of the weight laid out by chunk (the last chunk padded with
+    zeros): the layout for a CPU with the memory for the copy (`layout_for`), where a one-token
+    step (up to `STACKED_ROWS` rows) is then one product that reads the weight once:
+
+    * up to `STACKED_ROWS` rows: the chunks stacked as one weight of `chunks` x out rows by
+      `chunk`, packed by oneDNN where it can (`packed.py`), and every row's chunks multiplied by
+      all of it in one call; each chunk's product is its own block of the result (the rest, chunk
+      i against weight j, is thrown away: `chunks` times the FLOPs, one weight read, one call);
+    * more rows: all chunks' products in one batched call.
+
+    On a 2-core Xeon (AMX) the embedded target's exact one-token step runs about a fifth faster
+    this way than with views (measured with `generate --method vanilla --exact on`, #49's notes),
+    for 1.2x the target's bytes. Whether the two paths give a row the same bits is a fact of the
+    machine's kernels: `chunk_for` measures every row count across the switch."""
+    STACKED_ROWS = 2
+
+    def __init__(self, linear: nn.Linear, chunk: int):
+        super().__init__(linear, chunk)
+        self.chunks = -(-self.in_features // chunk)
+        with torch.no_grad():
+            w = F.pad(linear.weight, (0, self.chunks * chunk - self.in_features))
+            by_chunk = w.view(self.out_features, self.chunks, chunk).permute(1, 2, 0).contiguous()
+            self.register_buffer("by_chunk", by_chunk, persistent=False)   # [chunks, chunk, out]
+            stacked = nn.Linear(chunk, self.chunks * self.out_features, bias=False,
+                                device=w.device, dtype=w.dtype)
+            stacked.weight.copy_(by_chunk.transpose(1, 2).reshape(-1, chunk))
+            stacked.requires_grad_(False)
+            pack_linears(stacked, "onednn")
+            self.stacked = (stacked,)   # a tuple: a kernel's layout, not a parameter of the model
+
+    def forward(self, x):
+        rows = x.reshape(-1, self.in_features)
+        if self.chunks * self.chunk != self.in_features:
+            rows = F.pad(rows, (0, self.chunks * self.chunk - self.in_features))
+        n, c, out = rows.shape[0], self.chunks, self.out_features
+        if n <= self.STACKED_ROWS:
+            every = self.stacked[0](rows.reshape(n * c, self.chunk)).view(n, c, c, out)
+            parts = every.diagonal(dim1=1, dim2=2).permute(2, 0, 1)       # [chunks, rows, out]
+        else:
+            parts = torch.bmm(rows.view(n, c, self.chunk).transpose(0, 1), self.by_chunk)
+        total = parts.float().sum(0)                                  # [rows, out], chunk by chunk
+        if self.bias is not None:
+            total = total + self.bias.float()
+        return total.to(x.dtype).view(*x.shape[:-1], out)
+
+
+LAYOUTS = {VIEWS: FixedKLinear, STACKED: StackedFixedKLinear}
+
+
+def layout_for(model) -> str:
+    """How the chunked linears hold their weights: `STACKED` (a copy per chunked weight, faster on
+    a CPU) on a CPU whose free memory holds a copy of every linear twice over, else `VIEWS` (no
+    copy): always on a GPU, where exact mode never multiplies the weights (#49)."""
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        return VIEWS
+    copies = sum(lin.weight.numel() * lin.weight.element_size() for _, _, lin in linear_modules(model))
+    return STACKED if 2 * copies <= free_memory() else VIEWS
+
+
+def free_memory() -> int:
+    """Bytes of host memory available now (psutil, which accelerate installs)."""
+    import psutil
+    return psutil.virtual_memory().available
 
 
 class RowByRowLinear(ExactLinear):
@@ -89,16 +159,16 @@ def linear_modules(model) -> list[tuple[nn.Module, str, nn.Linear]]:
             for name, child in parent.named_children() if isinstance(child, nn.Linear)]
 
 
-def chunk_for(linear: nn.Linear, rows=ROW_COUNTS) -> int | None:
+def chunk_for(linear: nn.Linear, rows=ROW_COUNTS, layout: str = VIEWS) -> int | None:
     """0 when the linear is row invariant as it is, else the largest chunk of `CHUNKS` that makes
-    it so, else `ROW_BY_ROW`."""
+    it so in `layout`, else `ROW_BY_ROW`."""
     w = linear.weight
     with torch.no_grad():
         if row_invariant(linear, linear.in_features, w.dtype, w.device, rows):
             return 0
         for chunk in CHUNKS:
             if chunk < linear.in_features and row_invariant(
-                    FixedKLinear(linear, chunk), linear.in_features, w.dtype, w.device, rows):
+                    LAYOUTS[layout](linear, chunk), linear.in_features, w.dtype, w.device, rows):
                 return chunk
     return ROW_BY_ROW
 
@@ -107,11 +177,11 @@ def shape_of(linear) -> str:
     return f"{linear.in_features}x{linear.out_features}"
 
 
-def measure_chunks(model, rows=ROW_COUNTS) -> dict:
-    """{shape: chunk} for every linear shape of the model (0: invariant as it is)."""
+def measure_chunks(model, rows=ROW_COUNTS, layout: str = VIEWS) -> dict:
+    """{shape: chunk} for every linear shape of the model in `layout` (0: invariant as it is)."""
     chunks = {}
     for _, _, linear in linear_modules(model):
         if shape_of(linear) not in chunks:
-            chunks[shape_of(linear)] = chunk_for(linear, rows)
+            chunks[shape_of(linear)] = chunk_for(linear, rows, layout)
     return chunks
 

@@ -39,7 +39,7 @@ def use_exact(target, mode: str = "auto") -> ExactRecord | None:
         return made[0]
     record = ExactRecord(**{**saved, "how": how})
     if record.exact:
-        apply(target, record.chunked, record.attention, record.rows)
+        apply(target, record.chunked, record.attention, record.rows, record.layout)
     target.runtime.exact = record
     return record
 

@@ -11,7 +11,7 @@ import torch
 
 from eagle_mini.runtime.blocks import BLOCK, min_rows
 from eagle_mini.runtime.exact.attention import ALONE, BLOCKS, GROUPED
-from eagle_mini.runtime.exact.linears import ROW_COUNTS, measure_chunks
+from eagle_mini.runtime.exact.linears import ROW_COUNTS, layout_for, measure_chunks
 from eagle_mini.runtime.exact.surgery import ExactRecord, apply, restore
 from eagle_mini.target import crop_cache, head_dim
 from eagle_mini.tree import from_choices
@@ -26,16 +26,17 @@ def make_exact(target, rows=ROW_COUNTS, check: bool = True) -> ExactRecord:
     machine, then self-check a tree forward; on failure the model is left as it was and the record
     says why. The record is kept as `target.runtime.exact`."""
     restore(target)   # measured on the stock modules, whatever ran before
-    chunked = {s: c for s, c in measure_chunks(target.model, rows).items() if c}
+    layout = layout_for(target.model)
+    chunked = {s: c for s, c in measure_chunks(target.model, rows, layout).items() if c}
     least = min_rows(head_dim(target.model.config), target.device)
     ways = ((BLOCKS,) if least else ()) + (GROUPED, ALONE)   # the fastest first
     for attention in ways:
-        apply(target, chunked, attention, least or 0)
+        apply(target, chunked, attention, least or 0, layout)
         ok, why = self_check(target) if check else (True, "not self-checked")
         if ok:
             break
     record = ExactRecord(ok, why, chunked if ok else {}, attention,
-                         least if attention == BLOCKS else 0)
+                         least if attention == BLOCKS else 0, layout=layout)
     if not ok:
         restore(target)
     target.runtime.exact = record

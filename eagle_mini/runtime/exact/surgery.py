@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from eagle_mini.runtime.exact.attention import ATTENTION, GROUPED, pass_keys
-from eagle_mini.runtime.exact.linears import (ROW_BY_ROW, FixedKLinear, RowByRowLinear,
+from eagle_mini.runtime.exact.linears import (LAYOUTS, ROW_BY_ROW, VIEWS, RowByRowLinear,
                                               linear_modules, shape_of)
 from eagle_mini.runtime.state import edits_of
 
@@ -26,6 +26,7 @@ class ExactRecord:
     attention: str = GROUPED
     rows: int = 0          # `BLOCKS`: products padded to at least this many rows (`min_rows`)
     how: str = "measured now"
+    layout: str = VIEWS    # how the chunked linears hold their weights (`linears.layout_for`)
 
     def line(self) -> str:
         """One line for a command's header."""
@@ -34,19 +35,21 @@ class ExactRecord:
         chunks = ", ".join(f"{s} row by row (slow)" if c == ROW_BY_ROW else f"{s} in K-chunks of {c}"
                            for s, c in self.chunked.items()) or "none"
         return (f"exact verification on ({self.why}; attention {self.attention}; linears chunked: "
-                f"{chunks}; {self.how})")
+                f"{chunks}{f' ({self.layout})' if self.chunked else ''}; {self.how})")
 
 
-def apply(target, chunked: dict, attention: str = GROUPED, rows: int = 0) -> None:
+def apply(target, chunked: dict, attention: str = GROUPED, rows: int = 0,
+          layout: str = VIEWS) -> None:
     """Route the target through exact attention (`attention`: `BLOCKS` with products of at least
     `rows` rows, `GROUPED` or `ALONE`), with each forward's keys made once by the decoder stack's
-    pre-hook (`attention.pass_keys`), and its `chunked` linears through `FixedKLinear`. Every
+    pre-hook (`attention.pass_keys`), and its `chunked` linears through `FixedKLinear` in `layout`
+    (`linears.LAYOUTS`: views of the weight, or a stacked copy). Every
     change goes through the target's `ModelEdits` (`runtime/state.py`), so `restore` undoes it."""
     edits = edits_of(target)
     for parent, name, linear in linear_modules(target.model):
         chunk = chunked.get(shape_of(linear))
         if chunk:
-            exact = RowByRowLinear(linear) if chunk == ROW_BY_ROW else FixedKLinear(linear, chunk)
+            exact = RowByRowLinear(linear) if chunk == ROW_BY_ROW else LAYOUTS[layout](linear, chunk)
             edits.swap(parent, name, exact)
     edits.set_attention(ATTENTION)
     edits.set_field("exact_attention", attention)
