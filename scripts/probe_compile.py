@@ -43,7 +43,7 @@ def onednn_linear_op():
 
 
 def route_through(model, op):
-    """Every packed linear of `model` through `op`."""
+    """Every packed linear of `model` (and the stacked weights of `StackedFixedKLinear`) through `op`."""
     import types
 
     def forward(self, x):
@@ -53,6 +53,7 @@ def route_through(model, op):
         bias = None if self.bias is None else self.bias.detach()
         return op(x, self._packed["onednn", None], bias, self.weight.shape[0])
     mods = list(model.modules())
+    mods += [m.stacked[0] for m in mods if hasattr(m, "stacked")]
     for m in mods:
         if getattr(m, "_pack_kind", None) == "onednn":
             m.forward = types.MethodType(forward, m)
