@@ -7,7 +7,7 @@ draft tree in one target forward and keeps the target's output distribution exac
 The package is in layers, each importing only those below it (docs/architecture.md): the base
 (`errors`, `results`, `assets`, `data`); the algorithm at the top level, in reading order:
 `target` (KV cache, tree masks, features), `tree`, `draft` (the drafter protocol and the
-head's drafter), `lookup` (prompt lookup as a drafter), `sampling`, `verify`, `decode`, and
+head's drafter), `lookup` (prompt lookup as a drafter), `hybrid` (the head and lookup in one tree), `sampling`, `verify`, `decode`, and
 `methods` (the table of methods, read by the layers above); then `heads/` (the draft heads and their formats), the runtime
 (`models` and `runtime/`: loading, kernels, precision, the cost curve, `auto`, methods by name),
 `training/`, `measure/`, `experiments/`, `course/`, `tooling/` and the `cli`.

@@ -209,9 +209,16 @@ class Drafter(TreeDrafter):
         return Draft(tree, tokens, valid, confidence, q_full)
 
     def _draft_dynamic(self, root_token: int) -> Draft:
+        return self.grow(root_token).rerank(self.tree.total_tokens, self.root_feature.device)
+
+    @torch.no_grad()
+    def grow(self, root_token: int) -> "Candidates":
+        """EAGLE-2's expansion (§4): `depth` steps, each giving the `topk` best frontier nodes by
+        path value their `topk` children; every node made is a candidate (`Candidates.rerank`
+        keeps the best)."""
+        crop_cache(self.cache, self.stable)
         cfg, dev = self.tree, self.root_feature.device
-        # candidate arrays; candidate 0 is the root
-        parent, token, value, depth, conf = [-1], [root_token], [0.0], [0], [1.0]
+        cands = Candidates(root_token)
         ancestors = [{0}]
         feature = {0: self.root_feature}
         frontier, slots = [0], []
@@ -220,8 +227,9 @@ class Drafter(TreeDrafter):
                 cols = slots + frontier
                 mask = torch.tensor([[c in ancestors[f] for c in cols] for f in frontier],
                                     device=dev)
-                pred = self._run(torch.stack([feature[parent[f]] for f in frontier]),
-                                 torch.tensor([token[f] for f in frontier], device=dev), step - 1, mask)
+                pred = self._run(torch.stack([feature[cands.parent[f]] for f in frontier]),
+                                 torch.tensor([cands.token[f] for f in frontier], device=dev),
+                                 step - 1, mask)
                 feature.update({f: pred[k] for k, f in enumerate(frontier)})
                 slots = cols
             logp = self.head.draft_logits(torch.stack([feature[f] for f in frontier])).float()
@@ -230,25 +238,54 @@ class Drafter(TreeDrafter):
             new = []
             for row, f in enumerate(frontier):
                 for lp, idx in zip(top.values[row].tolist(), top.indices[row]):
-                    parent.append(f)
-                    token.append(int(self._to_target(idx)))
-                    value.append(value[f] + lp)
-                    depth.append(step)
-                    conf.append(math.exp(lp))
-                    ancestors.append(ancestors[f] | {len(parent) - 1})
-                    new.append(len(parent) - 1)
+                    c = cands.add(f, int(self._to_target(idx)), cands.value[f] + lp, math.exp(lp))
+                    ancestors.append(ancestors[f] | {c})
+                    new.append(c)
             # the next frontier: the top-k of this step's candidates by path value
-            frontier = sorted(new, key=lambda c: -value[c])[:cfg.topk]
-        # rerank: best total_tokens - 1 candidates; stable sort keeps a parent before its child on ties
-        best = sorted(range(1, len(parent)), key=lambda c: -value[c])[:cfg.total_tokens - 1]
-        nodes = [0] + sorted(best, key=lambda c: (depth[c], -value[c], c))
+            frontier = sorted(new, key=lambda c: -cands.value[c])[:cfg.topk]
+        return cands
+
+
+class Candidates:
+    """Every node a dynamic draft made before its rerank (EAGLE-2 §4). Candidate 0 is the root;
+    each other has a parent (an earlier candidate), a target token, a value (the log of its path's
+    confidences, the root's 0) and a confidence (its draft probability given its parent). A child's
+    value is never above its parent's, which keeps the best `n` connected (`rerank`)."""
+
+    def __init__(self, root_token: int):
+        self.parent, self.token, self.value = [-1], [int(root_token)], [0.0]
+        self.depth, self.confidence = [0], [1.0]
+        self.index = {}   # (parent, token) -> candidate
+
+    def add(self, parent: int, token: int, value: float, confidence: float) -> int:
+        self.parent.append(parent)
+        self.token.append(token)
+        self.value.append(value)
+        self.depth.append(self.depth[parent] + 1)
+        self.confidence.append(confidence)
+        self.index.setdefault((parent, token), len(self.parent) - 1)
+        return len(self.parent) - 1
+
+    def child(self, parent: int, token: int) -> int | None:
+        """The candidate for `token` under `parent`, if one was made."""
+        return self.index.get((parent, token))
+
+    def best(self, total_tokens: int) -> list[int]:
+        """The best `total_tokens - 1` candidates by value; the stable sort keeps a parent (an
+        earlier candidate) before its child on ties."""
+        return sorted(range(1, len(self.parent)), key=lambda c: -self.value[c])[:total_tokens - 1]
+
+    def rerank(self, total_tokens: int, device, best: list[int] | None = None) -> Draft:
+        """The draft of the root and the `best` candidates (default: `best(total_tokens)`)."""
+        best = self.best(total_tokens) if best is None else best
+        nodes = [0] + sorted(best, key=lambda c: (self.depth[c], -self.value[c], c))
         index = {c: i for i, c in enumerate(nodes)}
-        parents = [-1] + [index[parent[c]] for c in nodes[1:]]
+        parents = [-1] + [index[self.parent[c]] for c in nodes[1:]]
         ranks, seen = [0], {}
         for c in nodes[1:]:
-            seen[parent[c]] = seen.get(parent[c], -1) + 1
-            ranks.append(seen[parent[c]])
-        tree = from_parents(parents, ranks)
-        tokens = torch.tensor([token[c] for c in nodes], device=dev)
-        return Draft(tree, tokens, torch.ones(len(nodes), dtype=torch.bool, device=dev),
-                     torch.tensor([conf[c] for c in nodes], device=dev))
+            seen[self.parent[c]] = seen.get(self.parent[c], -1) + 1
+            ranks.append(seen[self.parent[c]])
+        tokens = torch.tensor([self.token[c] for c in nodes], device=device)
+        return Draft(from_parents(parents, ranks), tokens,
+                     torch.ones(len(nodes), dtype=torch.bool, device=device),
+                     torch.tensor([self.confidence[c] for c in nodes], device=device))

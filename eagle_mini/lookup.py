@@ -40,8 +40,13 @@ def lookup(text: list[int], tokens: int = TOKENS, ngram: int = NGRAM) -> list[in
     >>> lookup([1, 2, 3, 1, 2], tokens=2), lookup([1, 2, 3, 4, 2], tokens=2), lookup([1, 2, 3])
     ([3, 1], [3, 4], [])
     """
+    return lookup_match(text, tokens, ngram)[1]
+
+
+def lookup_match(text: list[int], tokens: int = TOKENS, ngram: int = NGRAM) -> tuple[int, list[int]]:
+    """`lookup`'s continuation with the length n of the n-gram that found it (0: none found)."""
     if len(text) < 2:
-        return []
+        return 0, []
     h = torch.tensor(text, device=STRUCTURE)
     for n in range(min(ngram, len(text) - 1), 0, -1):
         # windows that start at i with i + n < len(text): each is followed by one token at least
@@ -49,8 +54,8 @@ def lookup(text: list[int], tokens: int = TOKENS, ngram: int = NGRAM) -> list[in
         hits = (windows == h[-n:]).all(dim=1).nonzero()
         if hits.numel():
             start = int(hits[0]) + n
-            return text[start:start + tokens]
-    return []
+            return n, text[start:start + tokens]
+    return 0, []
 
 
 class LookupDrafter(TreeDrafter):

@@ -7,7 +7,7 @@ results report, the course's stepper and the experiments all read names from thi
 `resolve_tree` turns a name or a spec into the tree `Drafter` and `EagleDecoder` decode with.
 
     >>> [m.name for m in METHODS]
-    ['vanilla', 'hf-generate', 'hf-prompt-lookup', 'prompt-lookup', 'eagle-chain', 'eagle', 'eagle2', 'auto', 'eagle3']
+    ['vanilla', 'hf-generate', 'hf-prompt-lookup', 'prompt-lookup', 'eagle-chain', 'eagle', 'eagle2', 'eagle2+lookup', 'auto', 'eagle3']
     >>> resolve_tree("eagle2")
     DynamicTree(total_tokens=16, depth=5, topk=4)
     >>> resolve_tree("eagle-chain").choices()
@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from eagle_mini import lookup
 from eagle_mini.draft import Drafter
 from eagle_mini.errors import EagleMiniError
+from eagle_mini.hybrid import HybridDrafter
 from eagle_mini.lookup import LookupDrafter
 from eagle_mini.tree import SPEC_FORMS, DynamicTree, Tree, UnknownTreeSpec, tree_from_spec
 
 VANILLA, HF_GENERATE, HF_PROMPT_LOOKUP = "vanilla", "hf-generate", "hf-prompt-lookup"
 PROMPT_LOOKUP = "prompt-lookup"
 EAGLE_CHAIN, EAGLE, EAGLE2, AUTO, EAGLE3 = "eagle-chain", "eagle", "eagle2", "auto", "eagle3"
+EAGLE2_LOOKUP = "eagle2+lookup"
 MEASURED = "measured"   # the tree spec of a method whose tree is sized on the machine (`auto`)
 
 
@@ -72,6 +74,10 @@ METHODS = (
            tree="eagle1", head="eagle1", drafter=Drafter),
     Method(EAGLE2, "draft-verify", "EAGLE-2's dynamic tree, grown where the draft is confident "
            "(EAGLE-2 §4)", tree=str(DynamicTree()), head="eagle1", drafter=Drafter),
+    Method(EAGLE2_LOOKUP, "draft-verify", "EAGLE-2's tree and prompt lookup's chain in one tree of "
+           "the same size, ranked by one value: the head's confidence, the lookup's measured "
+           "acceptance (`hybrid.py`)", tree=str(DynamicTree()), head="eagle1",
+           drafter=HybridDrafter),
     Method(AUTO, "draft-verify", "EAGLE-2 with the tree size measured for this machine's cost curve",
            tree=MEASURED, head="eagle1", drafter=Drafter),
     Method(EAGLE3, "draft-verify", "EAGLE-2's dynamic tree drafted by an EAGLE-3 head (EAGLE-3 §3)",

@@ -1,5 +1,5 @@
-"""The drafter protocol (`draft.TreeDrafter`) and prompt lookup (`lookup.py`), the drafter that
-needs no head.
+"""The drafter protocol (`draft.TreeDrafter`), prompt lookup (`lookup.py`), the drafter that
+needs no head, and the hybrid of the head and lookup in one tree (`hybrid.py`).
 
 Oracles: a brute-force search for the lookup rule (every n-gram length, every earlier position);
 Hugging Face's own prompt lookup (`generate(prompt_lookup_num_tokens=...)`) for the number of
@@ -15,10 +15,12 @@ import eagle_mini.methods
 from eagle_mini import EagleDecoder, EagleMiniError, generate, generate_vanilla, tiny_target
 from eagle_mini.draft import Draft, Drafter, TreeDrafter
 from eagle_mini.heads.eagle1 import new_head
-from eagle_mini.lookup import LookupDrafter, lookup
-from eagle_mini.methods import HF_PROMPT_LOOKUP, PROMPT_LOOKUP, VANILLA, Method, method
+from eagle_mini.hybrid import HybridDrafter
+from eagle_mini.lookup import LookupDrafter, lookup, lookup_match
+from eagle_mini.methods import (EAGLE2, EAGLE2_LOOKUP, HF_PROMPT_LOOKUP, PROMPT_LOOKUP, VANILLA,
+                                Method, method)
 from eagle_mini.runtime.run import run_method
-from eagle_mini.tree import chain
+from eagle_mini.tree import DynamicTree, chain
 
 
 def brute_force_lookup(text, tokens, ngram):
@@ -142,3 +144,90 @@ def test_the_head_drafter_still_drafts_the_default_eagle2_tree(target):
     gen = generate(target, head, prompt, 24)
     assert gen.stats["tree"] == "dynamic:16,5,4" and isinstance(Drafter(head), TreeDrafter)
     assert gen.output_ids == generate_vanilla(target, prompt, 24).output_ids
+
+
+# --- the hybrid drafter: EAGLE-2's head and prompt lookup in one tree (hybrid.py) -------------
+
+def hybrid_after_prompt(target, prompt, tree=DynamicTree(8, 3, 2)):
+    """A hybrid drafter that has read `prompt` (a prefill run here) and a root that continues the
+    prompt's pattern (so the lookup finds a chain), and that root."""
+    head = new_head(target, seed=1)
+    out = target.forward(prompt, target.new_cache(), all_logits=False)
+    root = prompt[0]
+    drafter = HybridDrafter(head, tree)
+    drafter.begin(prompt, out.features, root)
+    return drafter, root
+
+
+def paths(draft):
+    """Every node's token path from the root (root excluded)."""
+    tokens, parents = draft.tokens.tolist(), draft.tree.parents
+    def path(i):
+        return [] if i == 0 else path(parents[i]) + [tokens[i]]
+    return [path(i) for i in range(len(tokens))]
+
+
+def test_the_hybrid_tree_holds_the_lookup_chain_when_lookups_are_trusted(target):
+    prompt = list(range(20, 30)) * 2
+    drafter, root = hybrid_after_prompt(target, prompt)
+    n, chain = lookup_match(drafter.lookup.text)
+    assert n and chain
+    for key in drafter.counts:                      # lookups that were always right
+        drafter.counts[key] = [999.0, 1000.0]
+    draft = drafter.draft(root)
+    assert draft.tree.num_nodes <= 8                # EAGLE-2's size, no more
+    assert chain[:7] in paths(draft)                # the root and 7 chain tokens fill 8 nodes
+    siblings = {}
+    for i, p in enumerate(draft.tree.parents[1:], 1):   # the graft merges, never repeats
+        siblings.setdefault(p, []).append(int(draft.tokens[i]))
+    assert all(len(v) == len(set(v)) for v in siblings.values())
+
+
+def test_the_hybrid_tree_drops_lookups_that_keep_failing(target):
+    prompt = list(range(20, 30)) * 2
+    drafter, root = hybrid_after_prompt(target, prompt)
+    _, chain = lookup_match(drafter.lookup.text)
+    for key in drafter.counts:                      # lookups that were always wrong
+        drafter.counts[key] = [1.0, 1e9]
+    head_only = Drafter(drafter.head_drafter.head, drafter.tree)
+    head_only.cache, head_only.stable = drafter.head_drafter.cache, drafter.head_drafter.stable
+    head_only.root_feature = drafter.head_drafter.root_feature
+    draft = drafter.draft(root)
+    assert draft.tokens.tolist() == head_only.draft(root).tokens.tolist()   # EAGLE-2's own tree
+    assert drafter.proposed[1] == []
+
+
+def test_the_hybrid_counts_what_the_target_accepted_of_its_lookups(target):
+    prompt = list(range(20, 30)) * 2
+    drafter, root = hybrid_after_prompt(target, prompt)
+    for key in drafter.counts:
+        drafter.counts[key] = [999.0, 1000.0]
+    drafter.draft(root)
+    n, chain = drafter.proposed
+    assert len(chain) >= 2
+    before = {k: list(v) for k, v in drafter.counts.items()}
+    wrong = (chain[1] + 1) % target.vocab_size
+    drafter.extend(torch.zeros(3, target.hidden_size), [chain[0], wrong, 7])   # 1st kept, 2nd not
+    assert drafter.counts[(n, 1)] == [before[(n, 1)][0] + 1, before[(n, 1)][1] + 1]
+    assert drafter.counts[(n, 2)] == [before[(n, 2)][0], before[(n, 2)][1] + 1]
+    assert drafter.counts[(n, 3)] == before[(n, 3)]                           # never tried
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=["repeats", "short", "long-repeat"])
+def test_eagle2_with_lookup_equals_vanilla(target, prompt):
+    heads = new_head(target, seed=1)
+    ours = run_method(target, heads, EAGLE2_LOOKUP, prompt, 40)
+    assert ours.output_ids == generate_vanilla(target, prompt, 40).output_ids
+    assert ours.stats["tree"] == str(DynamicTree())
+
+
+def test_eagle2_with_lookup_saves_forwards_where_the_text_repeats(target):
+    head = new_head(target, seed=1)
+    hybrid = run_method(target, head, EAGLE2_LOOKUP, PROMPTS[2], 40)
+    eagle2 = run_method(target, head, EAGLE2, PROMPTS[2], 40)
+    assert hybrid.stats["target_forwards"] < eagle2.stats["target_forwards"]
+
+
+def test_the_hybrid_takes_only_a_dynamic_tree():
+    with pytest.raises(EagleMiniError, match="dynamic tree"):
+        HybridDrafter(None, "chain:3")

@@ -10,7 +10,8 @@ import pathlib
 import eagle_mini
 
 PACKAGE = pathlib.Path(eagle_mini.__file__).parent
-ALGORITHM = ["target", "tree", "draft", "lookup", "sampling", "verify", "decode", "methods"]
+ALGORITHM = ["target", "tree", "draft", "lookup", "hybrid", "sampling", "verify", "decode",
+             "methods"]
 # The layers from the bottom up (docs/architecture.md): a module may import its own layer and the
 # ones below it, never one above. A module's layer is named by its folder, or by its file for the
 # top level of the package; `eagle_mini/__init__.py` (the public API) stands above them all.

@@ -29,6 +29,7 @@ from scipy.stats import chisquare
 import eagle_mini.decode
 from eagle_mini.decode import generate
 from eagle_mini.draft import Draft, Drafter
+from eagle_mini.hybrid import HybridDrafter
 from eagle_mini.lookup import LookupDrafter
 from eagle_mini.tree import DynamicTree
 from eagle_mini.heads.eagle3 import new_eagle3_head
@@ -360,25 +361,32 @@ class KeepTriedToken(TopKTreeRule):
         return p, q
 
 
+LOOKUP_DRAFTERS = {"prompt lookup": lambda world: LookupDrafter(tokens=3),
+                   "eagle2+lookup": lambda world: HybridDrafter(world["heads"]["close head"],
+                                                                EAGLE2_TREE, tokens=3)}
+
+
+@pytest.mark.parametrize("drafter", LOOKUP_DRAFTERS)
 @pytest.mark.parametrize("warp_name, broken", [(w, False) for w in WARPS] + [("T=1", True)],
                          ids=list(WARPS) + ["control: tried-token-kept"])
-def test_prompt_lookup_sampling_matches_the_exact_joint_of_tokens_2_to_4(world, warp_name, broken,
-                                                                         monkeypatch):
-    """Prompt lookup's chains are fixed by the text, not drawn: verified by the top-k rule, tokens
-    2-4 keep vanilla's joint law. With 5 tokens the text repeats, so lookups draft and are
-    accepted often. The control breaks the rule's rejection step: the same harness rejects it."""
+def test_lookup_sampling_matches_the_exact_joint_of_tokens_2_to_4(world, drafter, warp_name,
+                                                                  broken, monkeypatch):
+    """Prompt lookup's chains are fixed by the text, not drawn, and the hybrid's tree is the
+    head's top-k with such a chain grafted in: verified by the top-k rule, tokens 2-4 keep
+    vanilla's joint law. With 5 tokens the text repeats, so lookups draft and are accepted often.
+    The control breaks the rule's rejection step: the same harness rejects it."""
     if broken:
         monkeypatch.setattr(eagle_mini.decode, "TopKTreeRule", KeepTriedToken)
     temperature, top_p = WARPS[warp_name]
     tokens, first_cycle = [], []
     for seed in range(SAMPLES):
         gen = generate(world["target"], None, PROMPT, max_new_tokens=5, temperature=temperature,
-                       top_p=top_p, seed=seed, drafter=LookupDrafter(tokens=3))
+                       top_p=top_p, seed=seed, drafter=LOOKUP_DRAFTERS[drafter](world))
         tokens.append(gen.output_ids[1:4])
         first_cycle.append(gen.stats["cycle_lengths"][0])
     pvalue = chi_square_pvalue(tokens, world["laws"][warp_name])
     first_cycle = np.array(first_cycle)
-    print(f"prompt lookup {warp_name}: p = {pvalue:.3g}, first cycle > 1 token "
+    print(f"{drafter} {warp_name}: p = {pvalue:.3g}, first cycle > 1 token "
           f"{np.mean(first_cycle > 1):.2f}")
     if broken:
         assert pvalue < 1e-6
