@@ -23,7 +23,8 @@ PACKAGE = pathlib.Path(eagle_mini.__file__).parent
 # the same words meaning a mode ("auto") or a head kind ("eagle3") in these modules
 OTHER_VOCABULARY = {"auto": {"cli", "runtime/kernels.py", "runtime/exact/mode.py",
                              "training/commands.py", "course/assignments.py", "course/gpu_scale.py"},
-                    "eagle3": {"heads/eagle3.py", "course/gpu_scale.py"}, "eagle2": {"tree.py"}}
+                    "eagle3": {"heads/eagle3.py", "course/gpu_scale.py", "course/gpu_fit.py"},
+                    "eagle2": {"tree.py"}}
 
 
 def method_name_literals(package=PACKAGE) -> dict[str, set[str]]:
