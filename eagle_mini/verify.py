@@ -35,7 +35,19 @@ def verify_greedy(draft, logits: torch.Tensor) -> tuple[list[int], int]:
 
 
 class TopKTreeRule:
-    """EAGLE-2: deterministic children, q(x) = 1 for the tried token."""
+    """EAGLE-2: deterministic children, q(x) = 1 for the tried token.
+
+    Lossless whatever drafted the children (the head's top-k, a prompt lookup's copy, both in one
+    tree: `lookup.py`, `hybrid.py`), as long as they were fixed before this node's draws and are
+    distinct tokens. Proof: at a node with children x_1..x_k, write P_j = p(x_1) + ... + p(x_j).
+    The walk reaches x_i when x_1..x_{i-1} were rejected, with probability 1 - P_{i-1} (true for
+    i = 1; each step rejects with 1 - p(x_j) / (1 - P_{j-1}) = (1 - P_j) / (1 - P_{j-1})), and
+    accepts it with p(x_i) / (1 - P_{i-1}), the renormalised p after the removals: so x_i comes
+    out with probability p(x_i). With every child rejected (probability 1 - P_k) the token is drawn
+    from p without the children, renormalised: any other token y comes out with p(y). So the
+    node's token is distributed as p, and, since the next node's children are again fixed by the
+    path so far, the whole output by induction. Nothing in it reads how the children were chosen;
+    a repeated sibling would only be tried at p = 0 (the graft in `hybrid.py` never makes one)."""
 
     def start(self, draft, node):
         return None
