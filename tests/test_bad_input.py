@@ -13,9 +13,11 @@ import torch
 
 import eagle_mini.models as models
 from eagle_mini.cli import build_parser, main
+from eagle_mini.methods import TREE_NAMES
 
 NO_CUDA = r"built without CUDA|torch sees no CUDA device|'cuda:99' does not exist"
-TREE_FORMS = r"a method name \(eagle-chain, eagle, eagle2, eagle3\).*'chain:K' \(K >= 1.*dynamic:TOTAL,DEPTH,TOPK"
+TREE_FORMS = (rf"a method name \({re.escape(', '.join(TREE_NAMES))}\).*'chain:K' \(K >= 1.*"
+              "dynamic:TOTAL,DEPTH,TOPK")
 HEAD = "data/heads/smollm2-135m"
 
 # (command line, what the one line must say); ids name the command and the input
@@ -184,6 +186,6 @@ def test_the_usage_doc_lists_every_method_and_generates_default():
     from pathlib import Path
     from eagle_mini.methods import METHOD_NAMES, VANILLA
     doc = (Path(__file__).resolve().parent.parent / "docs" / "usage.md").read_text()
-    listed = re.findall(r"^- `([\w-]+)`(?:, `([\w-]+)`)?", doc, re.M)
+    listed = re.findall(r"^- `([\w+-]+)`(?:, `([\w+-]+)`)?", doc, re.M)
     assert {n for pair in listed for n in pair if n} >= set(METHOD_NAMES)
     assert f"decoded with `{VANILLA}` unless `--method`" in doc

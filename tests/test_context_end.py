@@ -111,7 +111,7 @@ def stepped(target, head, tree, left: int):
     prompt = leaving(left)
     s = Stepper(target, head, prompt, tree, max_new_tokens=64)
     assert s.run() == generate_vanilla(target, prompt, 64).output_ids and s.stop == "context"
-    gen = generate(target, head, prompt, 64, tree=tree)
+    gen = generate(target, head, prompt, 64, tree=resolve_tree(tree))   # a name: the edge resolves it
     assert gen.stats["cycle_lengths"] == [len(c.new_tokens) for c in s.cycles]
     full = resolve_tree(tree)
     full = full.total_tokens if isinstance(full, DynamicTree) else full.num_nodes
@@ -231,12 +231,14 @@ def test_the_cli_says_in_one_line_that_the_context_is_full(world, monkeypatch, c
     """`generate` on a target whose context ends 5 tokens after the prompt (the tiny target stands
     in for the embedded one: same code from the command line on)."""
     import eagle_mini.cli.decode as cli_decode
+    import eagle_mini.measure.load as load
     from eagle_mini.cli import main
     target, heads = world
     monkeypatch.setattr(cli_decode, "load", lambda args: target)
     monkeypatch.setattr(cli_decode, "head_for",
                         lambda args, target, names: (heads["eagle1"], "a head"))
     monkeypatch.setattr(target, "chat_ids", lambda prompt: leaving(5))
+    monkeypatch.setattr(load, "load_average", lambda: None)   # a busy machine warns after it
     assert main(["generate", "--prompt", "Hi!", "--max-new-tokens", "64", "--method", method]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == f"stopped after 5 of 64 tokens: the context ({CONTEXT} tokens) is full"

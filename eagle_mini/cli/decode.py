@@ -13,9 +13,13 @@ from eagle_mini.results import default_out
 
 def add_generate(sub):
     from eagle_mini.methods import BY_NAME, DECODERS, VANILLA
+    import argparse
+    import textwrap
+    lines = [textwrap.fill(f"{name}: {BY_NAME[name].about}", 79, initial_indent="  ",
+                           subsequent_indent="    ", break_on_hyphens=False) for name in DECODERS]
     g = sub.add_parser("generate", help="generate a chat answer and print it (or --json)",
-                       epilog="methods (eagle_mini/methods.py): " + "; ".join(
-                           f"{name}: {BY_NAME[name].about}" for name in DECODERS))
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="methods (eagle_mini/methods.py):\n" + "\n".join(lines))
     add_decode_target_args(g)
     g.add_argument("--prompt", required=True, help="user message (goes through the chat template)")
     g.add_argument("--max-new-tokens", type=positive_int, default=128)
