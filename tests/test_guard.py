@@ -18,7 +18,7 @@ import torch
 
 import eagle_mini.tree
 from eagle_mini.course.guard import fingerprint, private_helpers, reference_off
-from eagle_mini.draft import Drafter
+from eagle_mini.draft import Candidates, Drafter
 from eagle_mini.training import train
 from eagle_mini.tree import chain as imported_by_name
 
@@ -61,7 +61,7 @@ def test_a_caught_refusal_still_fails_the_block():
 
 def test_private_helpers_are_refused_to_the_student_but_not_to_the_package():
     assert private_helpers([train.eagle_loss]) == [train._step_sums]
-    helpers = {f.__qualname__ for f in private_helpers([Drafter._draft_dynamic])}
+    helpers = {f.__qualname__ for f in private_helpers([Drafter.grow])}
     assert helpers == {"Drafter._run", "Drafter._to_target"}
     pred = torch.zeros(1, 3, 4)
     with pytest.raises(RuntimeError, match="_step_sums is " + SWITCHED_OFF):
@@ -277,8 +277,9 @@ def test_no_other_package_function_shares_a_switched_off_functions_fingerprint()
     from eagle_mini.course import sampling_explorer
     from eagle_mini.verify import SampledTreeRule, verify_greedy, verify_sampling
     references = [verify_greedy, verify_sampling, SampledTreeRule.reject, sampling_explorer.residual,
-                  eagle_mini.tree.Tree.positions, train.eagle_loss, Drafter._draft_dynamic]
-    mine = {fingerprint(f.__code__): f for f in references}
+                  eagle_mini.tree.Tree.positions, train.eagle_loss, Drafter.grow,
+                  Candidates.best, Candidates.rerank]
+    mine = {fingerprint(f.__code__): f for f in map(inspect.unwrap, references)}  # grow: no_grad
     for module in [m for name, m in list(sys.modules.items()) if name.startswith("eagle_mini")]:
         for value in list(vars(module).values()):
             for f in [value, *(vars(value).values() if isinstance(value, type) else ())]:

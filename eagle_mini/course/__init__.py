@@ -3,8 +3,8 @@
 `EAGLE_MINI_SCALE=ci` runs every notebook in <= 2 minutes on a 2-core CPU (what CI executes under
 nbval); `classroom` (the default) is the learner's run, <= 10 minutes per notebook; `gpu` is the
 learner's run on a CUDA GPU with a real target, named by `EAGLE_MINI_TARGET` (a hub id or a
-local model directory), else the card class's (`gpu_fit.py`: a 1.5B target on a T4, 7B on a 24 GB
-card or an A100); `gpu_scale.py` runs it.
+local model directory), else the card class's (`gpu_fit.py`: a 1.5B target on a T4, 7B on the
+larger cards); `gpu_scale.py` runs it.
 
     >>> pick(ci=2, classroom=20)   # doctest: +SKIP
     20

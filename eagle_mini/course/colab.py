@@ -1,4 +1,4 @@
-"""Colab as a learner meets it (issue 49, item 5): telling a Colab runtime apart, the commands that
+"""Colab as a learner meets it: telling a Colab runtime apart, the commands that
 clone and install the course there, and the scale set for the card at hand.
 
 A notebook opened in Colab starts in a bare runtime: the package is not installed yet, so its first

@@ -1,7 +1,7 @@
-"""Which card runs which `gpu` scale, and whether a step fits before it starts (issue 49, item 1).
+"""Which card runs which `gpu` scale, and whether a step fits before it starts.
 
 Three card classes, each a `CardScale` (`SCALES`): what a learner most often has, free Colab's T4,
-then a 24 GB card (L4, A10) and an A100. Each names its target, the heads notebook 03 trains and
+then a mid-size card (L4, A10) and an A100. Each names its target, the heads notebook 03 trains and
 the run's size. `card_scale` picks the class from the GPU at hand (or `EAGLE_MINI_GPU_SCALE`), and
 `device_dtype` the precision: bf16 where the card has bf16 units, fp16 otherwise (a T4, Turing,
 has none; `torch.cuda.is_bf16_supported()` without `including_emulation=False` says yes there).
@@ -61,13 +61,13 @@ class CardScale:
 
 SCALES = {
     # Qwen2.5-1.5B-Instruct: a family the package supports (qwen2, tested with tiny configs), open
-    # (no licence to accept, unlike Llama 3.2 1B, so no login on a free account), its fp16 weights
+    # (no licence to accept, unlike Meta's small Llamas, so no login on a free account), its fp16 weights
     # a fifth of a T4 and a quarter of free Colab's RAM, and Qwen2.5-0.5B-Instruct shares its
     # tokenizer: the small draft model for assisted generation. One EAGLE-1 head, small batches:
     # its 152k-token vocabulary makes a batch's logits the largest training tensor.
     "t4": CardScale("t4", "T4 (free Colab)", 15, 12.7, "qwen2.5-1.5b-instruct", ("eagle1",),
                     conversations=1000, max_len=1024, batch_tokens=2048),
-    # A 24 GB card reports about 22 GB: a 7B target and an EAGLE-1 head's training fit; EAGLE-3's
+    # What a mid-size card reports free holds a 7B target and an EAGLE-1 head's training fit; EAGLE-3's
     # head (a wider fc, its own lm_head) trained beside the target does not.
     "24gb": CardScale("24gb", "L4, A10 / A10G", 22, None, "vicuna-7b", ("eagle1",),
                       conversations=1000, max_len=2048, batch_tokens=2048),
@@ -78,7 +78,8 @@ SCALES = {
 
 def card_scale(total_bytes: int | None = None) -> CardScale:
     """`EAGLE_MINI_GPU_SCALE` when set, else the class of a GPU with `total_bytes` of memory
-    (default: CUDA device 0's): under 20 GB a T4's, under 32 GB a 24 GB card's, else an A100's.
+    (default: CUDA device 0's): a T4's, a mid-size card's or an A100's, by
+    the memory thresholds below.
 
         >>> card_scale(16 * 10**9).target, card_scale(80 * 10**9).name
         ('qwen2.5-1.5b-instruct', 'a100')
@@ -95,7 +96,7 @@ def card_scale(total_bytes: int | None = None) -> CardScale:
 
 
 def has_bf16(device="cuda") -> bool:
-    """Whether the card has bf16 units (compute capability 8.0 on: Ampere, Ada, Hopper), not
+    """Whether the card has bf16 units (Ampere and later: Ampere, Ada, Hopper), not
     whether torch can emulate bf16 on it."""
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 

@@ -77,9 +77,9 @@ class StackedFixedKLinear(FixedKLinear):
       i against weight j, is thrown away: `chunks` times the FLOPs, one weight read, one call);
     * more rows: all chunks' products in one batched call.
 
-    On a 2-core Xeon (AMX) the embedded target's exact one-token step runs about a fifth faster
-    this way than with views (measured with `generate --method vanilla --exact on`, #49's notes),
-    for 1.2x the target's bytes. Whether the two paths give a row the same bits is a fact of the
+    On the CPUs measured, the embedded target's exact one-token step runs faster this way than
+    with views (`scripts/probe_exact_linear.py` per linear; `generate --method vanilla --exact on`
+    in each layout for the step), for a copy of the chunked weights. Whether the two paths give a row the same bits is a fact of the
     machine's kernels: `chunk_for` measures every row count across the switch."""
     STACKED_ROWS = 2
 
@@ -119,7 +119,7 @@ LAYOUTS = {VIEWS: FixedKLinear, STACKED: StackedFixedKLinear}
 def layout_for(model) -> str:
     """How the chunked linears hold their weights: `STACKED` (a copy per chunked weight, faster on
     a CPU) on a CPU whose free memory holds a copy of every linear twice over, else `VIEWS` (no
-    copy): always on a GPU, where exact mode never multiplies the weights (#49)."""
+    copy): always on a GPU, where exact mode never multiplies the weights."""
     device = next(model.parameters()).device
     if device.type != "cpu":
         return VIEWS
