@@ -7,7 +7,7 @@ results report, the course's stepper and the experiments all read names from thi
 `resolve_tree` turns a name or a spec into the tree `Drafter` and `EagleDecoder` decode with.
 
     >>> [m.name for m in METHODS]
-    ['vanilla', 'hf-generate', 'hf-prompt-lookup', 'prompt-lookup', 'eagle-chain', 'eagle', 'eagle2', 'eagle2+lookup', 'auto', 'eagle3']
+    ['vanilla', 'hf-generate', 'hf-compiled', 'hf-prompt-lookup', 'prompt-lookup', 'eagle-chain', 'eagle', 'eagle2', 'eagle2+lookup', 'auto', 'eagle3']
     >>> resolve_tree("eagle2")
     DynamicTree(total_tokens=16, depth=5, topk=4)
     >>> resolve_tree("eagle-chain").choices()
@@ -27,6 +27,7 @@ from eagle_mini.lookup import LookupDrafter
 from eagle_mini.tree import SPEC_FORMS, DynamicTree, Tree, UnknownTreeSpec, tree_from_spec
 
 VANILLA, HF_GENERATE, HF_PROMPT_LOOKUP = "vanilla", "hf-generate", "hf-prompt-lookup"
+HF_COMPILED = "hf-compiled"
 PROMPT_LOOKUP = "prompt-lookup"
 EAGLE_CHAIN, EAGLE, EAGLE2, AUTO, EAGLE3 = "eagle-chain", "eagle", "eagle2", "auto", "eagle3"
 EAGLE2_LOOKUP = "eagle2+lookup"
@@ -38,7 +39,8 @@ class Method:
     """One decoding method. `runner`: "plain" (one target forward per token), "hf" (Hugging
     Face `generate`, with `hf_options`), or "draft-verify" (draft-verify cycles, `EagleDecoder`:
     the `drafter` class, built by its `build(head, tree, sampling)`, drafts a `tree` with a `head`
-    of that kind, or with none). `runtime/run.py` runs each runner."""
+    of that kind, or with none). `runtime/run.py` runs each runner. `vanilla`: one token per target
+    forward, a baseline a speedup may be taken against (`VANILLAS`)."""
     name: str
     runner: str
     about: str
@@ -46,6 +48,7 @@ class Method:
     head: str | None = None
     drafter: type | None = None
     hf_options: dict = field(default_factory=dict)
+    vanilla: bool = False
 
     @property
     def drafts(self) -> bool:
@@ -59,8 +62,14 @@ class Method:
 
 
 METHODS = (
-    Method(VANILLA, "plain", "the target alone, one forward per token: the baseline"),
-    Method(HF_GENERATE, "hf", "Hugging Face `generate` on the same model: the peer baseline"),
+    Method(VANILLA, "plain", "the target alone, one forward per token: the baseline",
+           vanilla=True),
+    Method(HF_GENERATE, "hf", "Hugging Face `generate` on the same model: the peer baseline",
+           vanilla=True),
+    Method(HF_COMPILED, "hf", "HF `generate` on the stock model with a static cache and its "
+           "decoding step compiled (torch.compile, inductor): the fastest vanilla a learner builds "
+           "in two lines; compile time kept out of tok/s", hf_options={"compiled": True},
+           vanilla=True),
     Method(HF_PROMPT_LOOKUP, "hf", "HF `generate` with prompt-lookup decoding (drafts n-grams "
            "copied from the prompt, no head)",
            hf_options={"prompt_lookup_num_tokens": lookup.TOKENS,
@@ -86,6 +95,8 @@ METHODS = (
 BY_NAME = {m.name: m for m in METHODS}
 METHOD_NAMES = [m.name for m in METHODS]
 EAGLE_METHODS = [m.name for m in METHODS if m.is_eagle]
+# One token per target forward: the baselines a speedup is taken against (the fastest in a run).
+VANILLAS = [m.name for m in METHODS if m.vanilla]
 # The package's own decoders (`generate --method`): every row but the Hugging Face peers.
 DECODERS = [m.name for m in METHODS if m.runner != "hf"]
 # Draft-verify methods: a drafter, a tree and a tau (the EAGLE methods and prompt lookup).

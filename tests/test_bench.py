@@ -22,8 +22,12 @@ def test_bench_runs_every_method_on_a_tiny_model(tmp_path):
     assert set(result["methods"]) == set(METHODS)
     van = result["methods"]["vanilla"]
     assert abs(van["speedup"] - 1.0) < 1e-9 and van["tau"] == 1.0
-    for m in ("eagle-chain", "eagle", "eagle2", "auto", "hf-generate"):
+    for m in ("eagle-chain", "eagle", "eagle2", "auto", "hf-generate", "hf-compiled"):
         assert result["methods"][m]["equal_to_vanilla"], m
+    compiled = result["methods"]["hf-compiled"]   # compiled once, in the warm-up, on one cache
+    assert compiled["static_cache_len"] == 256 and compiled["first_call_seconds"] > 0
+    assert result["baseline"]["name"] in ("vanilla", "hf-generate", "hf-compiled")
+    assert "hf-compiled's first call (compiling, static cache of 256)" in markdown_table(result)
     for m in ("eagle-chain", "eagle", "eagle2", "auto"):
         r = result["methods"][m]
         assert r["tau"] >= 1.0 and r["predicted_speedup"] > 0
@@ -153,6 +157,38 @@ def test_an_exact_bench_also_times_stock_vanilla_and_holds_eagle_to_the_faster()
     plain = bench(stock_target, new_head(stock_target), ["vanilla"], prompts=[[1, 2, 3]],
                   max_new_tokens=4, progress=False, curve_repeats=1, curve_rounds=1)
     assert "stock_vanilla" not in plain and plain["baseline"]["name"] == "vanilla"
+
+
+def test_the_compiled_peer_runs_hugging_faces_stock_model_and_puts_the_runtime_back(monkeypatch):
+    """hf-compiled is what a learner compiles: exact mode's edits suspended and the stock matmul
+    kernels during its `generate`, the target's runtime as it was after; HF's own static-cache
+    compile route on a CPU (`_compile_all_devices`), the cache one size for the whole call."""
+    from eagle_mini.runtime.exact import make_exact
+    from eagle_mini.runtime.exact.attention import ATTENTION
+    from eagle_mini.runtime.packed import available, pack_linears, packed_kind
+    from eagle_mini.runtime.run import run_method
+    target = tiny_target("llama", seed=0, dtype="bf16", vocab_size=64)
+    record = make_exact(target)
+    if not record.exact:
+        pytest.skip(record.why)
+    kind = "onednn" if available(torch.bfloat16, "onednn") else None
+    if kind:
+        pack_linears(target.model, kind)
+    seen = {}
+
+    def generate(ids, **kw):
+        seen.update(exact=target.runtime.is_exact, kind=packed_kind(target.model),
+                    attention=target.model.config._attn_implementation, **kw)
+        return torch.cat([ids, torch.tensor([[7, 8, 9]])], dim=1)
+    monkeypatch.setattr(target.model, "generate", generate)
+    gen = run_method(target, None, "hf-compiled", [1, 2, 3], 3)
+    assert seen["exact"] is False and seen["kind"] is None and seen["attention"] != ATTENTION
+    assert seen["cache_implementation"] == "static" and seen["max_cache_len"] == 256
+    assert seen["compile_config"]._compile_all_devices and "compiled" not in seen
+    assert target.runtime.exact is record and packed_kind(target.model) == kind
+    assert gen.output_ids == [7, 8, 9] and gen.stats["target_forwards"] == 3
+    run_method(target, None, "hf-compiled", [1, 2, 3], 3, options={"max_cache_len": 1024})
+    assert seen["max_cache_len"] == 1024   # the bench sizes one cache for its longest prompt
 
 
 def test_a_bench_without_eagle_methods_plots_without_a_legend_warning(tmp_path):

@@ -146,8 +146,9 @@ def test_notebook_06_at_gpu_scale_benches_every_row_in_one_run(target_dir, tmp_p
     result = gpu_scale.gpu_bench(target, released, own=own, assistant=draft, assistant_name="tiny draft",
                                  prompts=["Say hi.", "Count to three."], max_new_tokens=8,
                                  progress=False, curve_repeats=1, curve_rounds=1)
-    assert list(result["methods"]) == ["vanilla", "hf-generate", "hf-prompt-lookup", "eagle", "eagle2",
-                                       "eagle3", "hf-assisted", "eagle2 (your head)"]
+    assert list(result["methods"]) == ["vanilla", "hf-generate", "hf-compiled", "hf-prompt-lookup",
+                                       "eagle", "eagle2", "eagle3", "hf-assisted",
+                                       "eagle2 (your head)"]
     assert result["variants"]["hf-assisted"]["note"].endswith("tiny draft")
     assert set(gpu_scale.greedy_identity(result).values()) == {"identical"}
     assert result["methods"]["hf-assisted"]["tokens_per_forward"] >= 1
@@ -210,8 +211,8 @@ def test_the_notebooks_gpu_cells_run_at_gpu_scale_on_a_tiny_target(target_dir, t
     ns.update(GPU_PROMPTS=2, GPU_TOKENS=8)
     exec(run, ns)
     result = ns["gpu_benches"][0]
-    assert list(result["methods"]) == ["vanilla", "hf-generate", "hf-prompt-lookup", "eagle2 (your head)",
-                                       "eagle3 (your head)"]
+    assert list(result["methods"]) == ["vanilla", "hf-generate", "hf-compiled", "hf-prompt-lookup",
+                                       "eagle2 (your head)", "eagle3 (your head)"]
     assert len(shown) == 1 and "eagle3 (your head)" in shown[0].data
     assert [b["source"] for b in gpu_scale.committed_benches(ns["RESULTS"] / "gpu")] == [
         "bench_target_cpu_fp32_mtbench_T0"]

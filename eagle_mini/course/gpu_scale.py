@@ -34,7 +34,8 @@ from eagle_mini.course.gpu_fit import device_dtype
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads import load_head
 from eagle_mini.measure.bench import Variant, bench
-from eagle_mini.methods import EAGLE, EAGLE2, EAGLE3, HF_GENERATE, HF_PROMPT_LOOKUP, VANILLA
+from eagle_mini.methods import (EAGLE, EAGLE2, EAGLE3, HF_COMPILED, HF_GENERATE, HF_PROMPT_LOOKUP,
+                                VANILLA)
 from eagle_mini.models import (KNOWN_TARGETS, VICUNA_TEMPLATE, known_spec, load_error, load_target,
                                resolve)
 from eagle_mini.runtime.exact import use_exact
@@ -59,7 +60,7 @@ GPU_MEMORY_GB = {"T4 (Colab's free GPU)": 16, "L4": 24, "A10 / A10G": 24, "A100 
 OVERHEAD_GB = 2.0
 # The methods of the GPU table drafted with the authors' heads (EAGLE-1's tree and EAGLE-2's with
 # the EAGLE-1 head, EAGLE-3's with its own), after the peers.
-PEERS = (VANILLA, HF_GENERATE, HF_PROMPT_LOOKUP)
+PEERS = (VANILLA, HF_GENERATE, HF_COMPILED, HF_PROMPT_LOOKUP)
 # A text that parts from vanilla's at a position whose top-1 - top-2 gap is among vanilla's
 # smallest this share is a near-tie (reduced-precision rounding), not a wrong acceptance.
 TIE_SHARE = 0.05

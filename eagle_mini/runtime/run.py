@@ -11,6 +11,7 @@ The clock. Every method is timed from the same point: after templating and token
 (`decode.prepare_prompt`), before the prefill; it stops when the last token is out. The bench
 (`eagle_mini/measure/bench.py`) compares these `stats["seconds"]`, nothing else.
 """
+import contextlib
 import time
 
 import torch
@@ -23,7 +24,8 @@ from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
 from eagle_mini.methods import DRAFTING, MEASURED, method, resolve_tree
 from eagle_mini.sampling import SamplingConfig
 from eagle_mini.runtime.auto import auto_tree
-from eagle_mini.runtime.packed import pack_linears, packed_kind
+from eagle_mini.runtime.exact import stock_forward
+from eagle_mini.runtime.packed import pack_linears, packed_kind, stock_kernels
 
 
 def pick_head(name: str, heads, pack_like=None):
@@ -112,35 +114,86 @@ class ForwardCounter:
         self.handle.remove()
 
 
+def static_cache_len(needed: int) -> int:
+    """The static cache a compiled `generate` sizes for `needed` positions: the next power of two
+    from 256, so that prompts of many lengths share a few compiled graphs (HF keeps the largest
+    cache it has made and reuses it; a bench sizes one for its longest prompt up front).
+
+        >>> static_cache_len(100), static_cache_len(257), static_cache_len(2048)
+        (256, 512, 2048)
+    """
+    return max(256, 1 << (needed - 1).bit_length())
+
+
+def compile_options(device) -> dict:
+    """`generate`'s options for a static cache and a compiled decoding step (HF's own route: the
+    prefill runs eager, every later step through `torch.compile`). On a GPU HF compiles by itself
+    with its default `CompileConfig` (CUDA graphs); on a CPU it must be told to
+    (`_compile_all_devices`), and inductor's freezing lets it lay the weights out once, as
+    `packed.py` does by hand."""
+    from transformers import CompileConfig
+    if torch.device(device).type == "cuda":
+        config = CompileConfig(dynamic=False)
+    else:
+        config = CompileConfig(dynamic=False, mode=None, options={"freezing": True})
+        config._compile_all_devices = True
+    return {"cache_implementation": "static", "compile_config": config}
+
+
+def hf_model_as_stock(target, compiled: bool):
+    """The context HF `generate` runs in: the target as it is, or for the compiled peer the stock
+    model a learner has (exact mode's edits suspended, the stock matmul kernels), so that inductor
+    compiles Hugging Face's own forward."""
+    stack = contextlib.ExitStack()
+    if compiled:
+        if target.runtime.is_exact:
+            stack.enter_context(stock_forward(target))
+        stack.enter_context(stock_kernels(target.model))
+    return stack
+
+
 def run_hf(target, prompt, max_new_tokens, options: dict, temperature: float = 0.0,
            top_p: float = 1.0, top_k: int = 0, seed: int | None = 0) -> Generation:
     """Hugging Face `generate` on the target's model with `options`, timed on the same clock, with
     the stats the package's loops give where they exist; it stops where they stop at the end of the
-    context (`decode.token_limit`), which HF's `generate` does not check."""
+    context (`decode.token_limit`), which HF's `generate` does not check.
+
+    `options["compiled"]`: the static-cache, compiled-step peer on the stock model
+    (`compile_options`, `hf_model_as_stock`), its cache `options["max_cache_len"]` long or
+    `static_cache_len` of what this call needs. Its forwards are not hooked (a hook would be traced
+    into the compiled graph): it is vanilla, one forward per new token."""
     ids = prepare_prompt(target, prompt)
     limit = token_limit(target, ids, max_new_tokens)   # HF stops only at an EOS or at the limit
+    options = dict(options)
+    compiled = options.pop("compiled", False)
+    if compiled:
+        options.setdefault("max_cache_len", static_cache_len(len(ids) + limit))
+        options.update(compile_options(target.device))
     kw = {"do_sample": temperature > 0, "max_new_tokens": limit,
           "eos_token_id": sorted(target.eos_token_ids) or None, "pad_token_id": 0, **options}
     if temperature > 0:
         kw["temperature"] = temperature
         kw.update({k: v for k, v in (("top_p", top_p), ("top_k", top_k)) if v not in (1.0, 0)})
     prompt_tensor = torch.tensor([ids], device=target.device)
-    counter = ForwardCounter(target.model)
+    counter = None if compiled else ForwardCounter(target.model)
     # HF samples from torch's global generator: seeded for this call only, then as it was
     devices = [target.device.index or 0] if target.device.type == "cuda" else []
     try:
-        with torch.random.fork_rng(devices=devices, enabled=seed is not None and temperature > 0):
+        with hf_model_as_stock(target, compiled), torch.random.fork_rng(
+                devices=devices, enabled=seed is not None and temperature > 0):
             if seed is not None and temperature > 0:
                 torch.manual_seed(seed)
             start = time.perf_counter()
             out = target.model.generate(prompt_tensor, **kw)
             seconds = time.perf_counter() - start
     finally:
-        counter.close()
+        if counter is not None:
+            counter.close()
     new = out[0, len(ids):].tolist()
+    forwards = len(new) if compiled else counter.calls
     stop = stop_reason(new, limit, max_new_tokens, target.eos_token_ids) or limit_stop(
         len(new), max_new_tokens)
     return Generation(ids, new, target.decode(new), stats={
         "new_tokens": len(new), "seconds": seconds, "tokens_per_second": len(new) / seconds,
-        "target_forwards": counter.calls, **cycle_stats(len(new), counter.calls), "stop": stop})
+        "target_forwards": forwards, **cycle_stats(len(new), forwards), "stop": stop})
 

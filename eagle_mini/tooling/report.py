@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from eagle_mini.course.gpu_fit import fit_markdown
-from eagle_mini.methods import EAGLE2, EAGLE_METHODS, VANILLA, method
+from eagle_mini.methods import EAGLE2, EAGLE_METHODS, VANILLA, VANILLAS, method
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.runtime.cost import CHEAP, cheap_until
 from eagle_mini.measure.bench import baseline
@@ -561,15 +561,23 @@ def bench_section(f: Files) -> list[str]:
                  f"{min(verify):.0%}-{max(verify):.0%} of the EAGLE methods' time; this run's "
                  f"c(16)/c(1) is {curve.get(16, float('nan')):.2f}. Fastest EAGLE method: "
                  f"{best}, {eagle[best]['speedup']:.2f}x vanilla.")
-        if r["temperature"] == 0 and not all(v["equal_to_vanilla"] for v in r["methods"].values()):
-            agree = [v["prefix_agreement"] for v in r["methods"].values() if "prefix_agreement" in v
-                     and not v["equal_to_vanilla"]]
-            facts += (" No method reproduces vanilla greedy in this dtype, HF's own prompt lookup "
-                      "included: texts part at ties and near-ties of the logits, which a "
+        parting = [m for m, v in r["methods"].items() if v["equal_to_vanilla"] is False]
+        drafting = [m for m in parting if m not in VANILLAS]
+        if r["temperature"] == 0 and drafting:
+            agree = [r["methods"][m]["prefix_agreement"] for m in parting]
+            facts += (" " + ("No drafting method reproduces vanilla greedy"
+                             if len(drafting) == len([m for m in r["methods"] if m not in VANILLAS])
+                             else ", ".join(drafting) + (" parts" if len(drafting) == 1 else " part")
+                             + " from vanilla greedy") + " in this dtype: texts part at ties and near-ties of the logits, which a "
                       "many-token forward rounds differently from a one-token forward, after "
                       f"{min(agree):.0%}-{max(agree):.0%} of the tokens (the notes under the "
                       "table give the logit margins). This is why fp32 is the reference here, and "
                       "why \"lossless\" in bf16/fp16 means \"up to ties at that precision\".")
+        elif r["temperature"] == 0 and parting:
+            facts += (f" Every drafting method reproduces vanilla greedy; {', '.join(parting)}, a "
+                      "vanilla of another forward (a speed peer, not a check of ours), parts from "
+                      "it at near-ties, which its forward rounds differently (the notes under the "
+                      "table give the logit margins).")
         if r["temperature"] > 0:
             facts += (" Outputs are samples, so \"= vanilla\" does not apply: the chi-square tests "
                       "check losslessness at T > 0.")
@@ -732,17 +740,18 @@ def readme_results(f: Files) -> str:
 
 
 def best_row(f: Files, name: str) -> list[str]:
-    """The fastest EAGLE method of a bench run against vanilla in the same run, and whether every
-    method's text equalled vanilla's (the lossless claim the speed stands on)."""
+    """The fastest EAGLE method of a bench run against vanilla in the same run (and against the
+    run's fastest vanilla where that is another, `bench.baseline`), and whether every method's
+    text equalled vanilla's (the lossless claim the speed stands on)."""
     bench = f.json(f"{name}/bench.json")
-    eagle = {m: r for m, r in bench["methods"].items() if "cycle_length_counts" in r}
+    eagle = {m: r for m, r in bench["methods"].items() if m in EAGLE_METHODS}
     best = max(eagle, key=lambda m: eagle[m]["speedup"])
     same = all(r["equal_to_vanilla"] for r in bench["methods"].values())
     precision = short_dtype(bench["dtype"])
     held = baseline(bench)
     against = ("" if held["name"] == VANILLA else
-               f" ({held['speedups'][best]:.2f}x against {precision} vanilla on the stock forward, "
-               "which is faster)")
+               f" ({held['speedups'][best]:.2f}x against {held['name']}, the run's fastest "
+               "vanilla)")
     return [f"fastest EAGLE method vs vanilla, {precision}{precision_label(bench)}, "
             f"T={bench['temperature']:g} "
             f"({bench['n']} prompts, {bench['machine']['cpu']}; every text = vanilla's: "
