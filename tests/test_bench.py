@@ -202,3 +202,23 @@ def test_a_bench_without_eagle_methods_plots_without_a_legend_warning(tmp_path):
         warnings.simplefilter("error")
         out = save(result, tmp_path)
     assert (out / "bench.png").stat().st_size > 0
+
+
+def test_a_compile_that_fails_here_leaves_its_row_out_in_one_line(monkeypatch, capsys):
+    """Without a working C++ compiler inductor fails on the first call: the bench says so in one
+    line, records why, and runs the rest."""
+    import eagle_mini.runtime.run as run
+
+    def no_compiler(device):
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
+    monkeypatch.setattr(run, "compile_options", no_compiler)
+    target = tiny_target("llama", seed=0, vocab_size=64)
+    result = bench(target, new_head(target), ["vanilla", "hf-compiled", "eagle2"],
+                   prompts=[[1, 2, 3]], max_new_tokens=4, progress=False, curve_repeats=1,
+                   curve_rounds=1)
+    assert list(result["methods"]) == ["vanilla", "eagle2"]
+    assert result["not_run"]["hf-compiled"].endswith("No working C++ compiler found")
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if line.startswith("hf-compiled")] == [
+        "hf-compiled: not run, its compile failed here: RuntimeError: InvalidCxxCompiler: "
+        "No working C++ compiler found"]

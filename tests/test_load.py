@@ -107,3 +107,24 @@ def test_the_demo_reports_each_method_pooled_over_its_rounds_against_vanilla():
     # every speedup printed names its baseline
     assert all("speedup over vanilla" in line for line in lines if "speedup" in line)
     assert pooled(rows["eagle2"])["tokens_per_second"] == 20.0
+
+
+def test_the_demo_holds_eagle_to_the_fastest_vanilla_it_measured_and_names_it():
+    """Beside exact vanilla the demo times the stock forward and HF compiled: each EAGLE line then
+    gives its speedup over vanilla (the lossless pair) and over the fastest of those, named."""
+    from eagle_mini.measure.bench import STOCK_VANILLA
+    curve = {"ns": [1, 2, 4, 8], "relative": [1.0, 1.5, 2.0, 3.0], "median_ms": [10.0] * 4}
+    tree = "chain:3"
+    rows = {"vanilla": [fake_stats(10, 1.0)], STOCK_VANILLA: [fake_stats(10, 0.8)],
+            "hf-compiled": [fake_stats(10, 0.5)],   # 20 tok/s: the fastest vanilla
+            "eagle2": [fake_stats(10, 0.4, [3, 3, 3], tree)]}
+    same = [[1, 2, 3]]
+    outputs = {"vanilla": same, STOCK_VANILLA: same, "hf-compiled": [[1, 2, 4]], "eagle2": same}
+    van, stock, compiled, eagle2 = demo_lines(rows, outputs, {"eagle2": tree}, curve,
+                                              {"hf-compiled": 41.6, STOCK_VANILLA: 0.2})
+    assert "12.5 tok/s" in stock and "same text as vanilla: True" in stock and "compil" not in stock
+    assert "20.0 tok/s" in compiled and "same text as vanilla: False" in compiled
+    assert "first call, compiling, took 42 s, not timed" in compiled
+    assert "speedup over vanilla 2.50x, over the fastest vanilla (hf-compiled) 1.25x" in eagle2
+    alone = demo_lines({m: rows[m] for m in ("vanilla", "eagle2")}, outputs, {"eagle2": tree}, curve)
+    assert "fastest vanilla" not in alone[1]   # vanilla is the only one: no second ratio

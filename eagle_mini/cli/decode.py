@@ -199,14 +199,17 @@ def add_demo(sub):
 
 def cmd_demo(args):
     """The same prompt with vanilla, EAGLE-2 and `auto`: equal texts, tau and the speedups over
-    vanilla, timed in rounds with the methods interleaved (`measure.bench.interleaved`), and where
-    EAGLE is slower on this machine, why (from the cost curve measured here)."""
-    from eagle_mini.measure.bench import interleaved
+    vanilla and over the fastest vanilla measured beside them (exact mode's stock forward, HF
+    `generate` compiled), timed in rounds with the methods interleaved
+    (`measure.bench.interleaved`), and where EAGLE is slower on this machine, why (from the cost
+    curve measured here)."""
+    from eagle_mini.decode import prepare_prompt
+    from eagle_mini.measure.bench import STOCK_VANILLA, interleaved, run_one, warm_up
     from eagle_mini.measure.load import LoadWatch, warn
-    from eagle_mini.methods import AUTO, EAGLE2, VANILLA
+    from eagle_mini.methods import AUTO, EAGLE2, HF_COMPILED, VANILLA
     from eagle_mini.runtime.auto import auto_tree
     from eagle_mini.runtime.cost import cost_curve
-    from eagle_mini.runtime.run import method_tree, run_method
+    from eagle_mini.runtime.run import method_tree, run_method, static_cache_len
     tree = tree_arg(args.tree)
     target = demo_target(args)
     head, note = head_for(args, target)
@@ -225,14 +228,23 @@ def cmd_demo(args):
     run_method(target, head, VANILLA, args.prompt, args.max_new_tokens,
                streamer=_text_streamer(target))
     print("\n")
+    # the fastest vanillas a user could pick instead: warmed up (hf-compiled compiles) untimed
+    cache_len = static_cache_len(len(prepare_prompt(target, args.prompt)) + args.max_new_tokens)
+    peers = (STOCK_VANILLA,) * target.runtime.is_exact + (HF_COMPILED,)
+    first_call, not_run = warm_up(lambda m: run_one(target, head, m, "Hi!", 8, 0.0, 0,
+                                                    cache_len=cache_len), peers)
+    peers = tuple(m for m in peers if m not in not_run)
 
     def run(method, prompt, i):
+        if method in peers:
+            return run_one(target, head, method, prompt, args.max_new_tokens, 0.0, 0,
+                           cache_len=cache_len)
         gen = run_method(target, head, method, prompt, args.max_new_tokens, tree=trees.get(method))
         return gen.output_ids, gen.stats
     watch = LoadWatch()
-    rows, outputs, _ = interleaved(run, (VANILLA, EAGLE2, AUTO), [args.prompt] * args.rounds,
-                                   progress=True, desc="demo rounds")
-    for line in demo_lines(rows, outputs, trees, curve):
+    rows, outputs, _ = interleaved(run, (VANILLA,) + peers + (EAGLE2, AUTO),
+                                   [args.prompt] * args.rounds, progress=True, desc="demo rounds")
+    for line in demo_lines(rows, outputs, trees, curve, first_call):
         print(line)
     warn(watch.check({m: [s["seconds"] for s in rows[m]] for m in rows}))
 
@@ -253,21 +265,27 @@ def demo_target(args):
     return fastest_exact(load_as, args.device)
 
 
-def demo_lines(rows, outputs, trees, curve) -> list[str]:
+def demo_lines(rows, outputs, trees, curve, first_call=None) -> list[str]:
     """`demo`'s report from its rounds (`interleaved`: stats and output ids per method, vanilla's
     first): per method, tok/s pooled over the rounds as the bench pools prompts
-    (`measure.bench.pooled`), tau, whether every round's text is vanilla's, and the speedup over
-    vanilla; then, for an EAGLE method slower than vanilla, why (`why_slower`, from `curve`).
-    `trees`: the tree each EAGLE method ran."""
-    from eagle_mini.measure.bench import pooled
-    from eagle_mini.methods import AUTO, EAGLE2, VANILLA
+    (`measure.bench.pooled`); for the other vanillas (the stock forward, HF compiled), whether
+    their text is vanilla's and what a compile cost (`first_call`: seconds of the untimed first
+    call); for the EAGLE methods, tau, whether every round's text is vanilla's, and the speedups
+    over vanilla and over the fastest vanilla measured; then, for an EAGLE method slower than
+    vanilla, why (`why_slower`, from `curve`). `trees`: the tree each EAGLE method ran."""
+    from eagle_mini.measure.bench import STOCK_VANILLA, pooled
+    from eagle_mini.methods import AUTO, EAGLE2, HF_COMPILED, VANILLA, VANILLAS
     from eagle_mini.runtime.auto import tree_tokens, why_slower
-    labels = {VANILLA: "vanilla greedy ", EAGLE2: "EAGLE-2 greedy ", AUTO: "auto (EAGLE-2) "}
+    labels = {VANILLA: "vanilla greedy ", STOCK_VANILLA: "stock vanilla  ",
+              HF_COMPILED: "HF compiled    ", EAGLE2: "EAGLE-2 greedy ", AUTO: "auto (EAGLE-2) "}
     van, rounds = pooled(rows[VANILLA]), len(rows[VANILLA])
     lines = [f"{labels[VANILLA]}: {van['new_tokens'] // rounds} tokens, "
              f"{van['tokens_per_second']:.1f} tok/s, 1 token per target forward (tok/s: "
              + (f"{rounds} rounds pooled, the methods interleaved in each)" if rounds > 1 else
                 "one round)")]
+    vanillas = [m for m in rows if m in VANILLAS or m == STOCK_VANILLA]
+    fastest = max(vanillas, key=lambda m: pooled(rows[m])["tokens_per_second"])
+    fastest_tps = pooled(rows[fastest])["tokens_per_second"]
     slower = []
     for method, stats in rows.items():
         if method == VANILLA:
@@ -275,11 +293,21 @@ def demo_lines(rows, outputs, trees, curve) -> list[str]:
         e, label = pooled(stats), labels[method]
         speedup = e["tokens_per_second"] / van["tokens_per_second"]
         identical = all(out == ref for out, ref in zip(outputs[method], outputs[VANILLA]))
+        if method in vanillas:
+            compiled = (f"; its first call, compiling, took {first_call[method]:.0f} s, not timed"
+                        if method == HF_COMPILED and first_call and method in first_call else "")
+            lines.append(f"{label}: {e['new_tokens'] // len(stats)} tokens, "
+                         f"{e['tokens_per_second']:.1f} tok/s, a vanilla of another forward "
+                         f"(same text as vanilla: {identical}){compiled}")
+            continue
+        over = ("" if fastest == VANILLA else
+                f", over the fastest vanilla ({fastest.strip()}) "
+                f"{e['tokens_per_second'] / fastest_tps:.2f}x")
         lines.append(f"{label}: {e['new_tokens'] // len(stats)} tokens, "
                      f"{e['tokens_per_second']:.1f} tok/s, tau {fmt(e['tau'])} tokens per draft-verify "
                      f"cycle ({e['tokens_per_forward']:.2f} per target forward, prefill included; "
                      f"tree {stats[0]['tree']}), identical text: {identical}, "
-                     f"speedup over vanilla {speedup:.2f}x (wall time, this machine)")
+                     f"speedup over vanilla {speedup:.2f}x{over} (wall time, this machine)")
         if speedup < 1.0:
             slower.append(f"why {label.strip()} is slower than vanilla here: "
                           + why_slower(stats, curve, tree_tokens(trees[method]), speedup))

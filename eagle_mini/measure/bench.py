@@ -95,8 +95,10 @@ def run_one(target, head, method, prompt, max_new_tokens, temperature, seed, aut
 
 
 def is_compiled(method, options=None) -> bool:
-    """Whether a row runs HF `generate` with a compiled step (`runtime.run.compile_options`)."""
-    return bool({**method_row(method).hf_options, **(options or {})}.get("compiled"))
+    """Whether a row runs HF `generate` with a compiled step (`runtime.run.compile_options`); a
+    name outside the table (`STOCK_VANILLA`) does not."""
+    hf = method_row(method).hf_options if method in METHOD_NAMES else {}
+    return bool({**hf, **(options or {})}.get("compiled"))
 
 
 def calibration_prompts(measured, k: int = 2) -> list[str]:
@@ -208,8 +210,10 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     # a compiled row's static cache: one size for the run's longest prompt, so it compiles once
     cache_len = static_cache_len(max(len(prepare_prompt(target, p)) for p in prompts + calibration)
                                  + max_new_tokens)
-    first_call = {m: run_one(target, head, m, calibration[0], 8, temperature, seed, auto_tree,
-                             extra, cache_len)[1]["seconds"] for m in timed}   # warm-up, compiles
+    first_call, not_run = warm_up(lambda m: run_one(target, head, m, calibration[0], 8, temperature,
+                                                    seed, auto_tree, extra, cache_len), timed)
+    methods = tuple(m for m in methods if m not in not_run)
+    timed = tuple(m for m in timed if m not in not_run)
     def run(m, prompt, i):
         return run_one(target, head, m, prompt, max_new_tokens, temperature, seed + i, auto_tree,
                        extra, cache_len)
@@ -226,6 +230,8 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     if extra:
         result["variants"] = {label: {"method": v.method, "note": v.note}
                               for label, v in extra.items()}
+    if not_run:
+        result["not_run"] = not_run
     result["methods"] = _method_summaries(target, methods, prompts, rows, outputs, curve,
                                           temperature, auto_tree, extra)
     _note_compiles(result["methods"], extra, first_call, cache_len)
@@ -236,6 +242,23 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
                                             van["tokens_per_second"], curve, temperature, None)
     result["baseline"] = baseline(result)
     return result
+
+
+def warm_up(run, methods) -> tuple[dict, dict]:
+    """One untimed generation per method, `run(method) -> (ids, stats)`: -> (its seconds per
+    method, {method: why} for a compiled row whose compile failed here, e.g. without a C++
+    compiler; it is said in one line and left out of the run, the rest goes on)."""
+    import sys
+    seconds, not_run = {}, {}
+    for m in methods:
+        try:
+            seconds[m] = run(m)[1]["seconds"]
+        except Exception as e:   # torch.compile's failures have no common type
+            if not is_compiled(m):
+                raise
+            not_run[m] = f"its compile failed here: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            print(f"{m}: not run, {not_run[m]}", file=sys.stderr)
+    return seconds, not_run
 
 
 def _note_compiles(summaries, variants, first_call, cache_len):
@@ -439,6 +462,9 @@ def markdown_table(result) -> str:
                   f"{stock['tokens_per_second']:.1f} tok/s ({same}); exact vanilla runs at "
                   f"{1 / stock['speedup']:.2f}x its speed."]
     lines += ["", baseline_line(result, base)]
+    if result.get("not_run"):
+        lines += ["", "Not run: " + "; ".join(f"{m}, {why}" for m, why in result["not_run"].items())
+                  + "."]
     if result.get("variants"):
         lines += ["", "Rows beyond the method table: " + "; ".join(
             f"{label}: {v['note'] or v['method']}" for label, v in result["variants"].items()) + "."]
