@@ -27,7 +27,7 @@ def test_bench_runs_every_method_on_a_tiny_model(tmp_path):
     compiled = result["methods"]["hf-compiled"]   # compiled once, in the warm-up, on one cache
     assert compiled["static_cache_len"] == 256 and compiled["first_call_seconds"] > 0
     assert result["baseline"]["name"] in ("vanilla", "hf-generate", "hf-compiled")
-    assert "hf-compiled's first call (compiling, static cache of 256)" in markdown_table(result)
+    assert "`hf-compiled`'s first call (compiling, static cache of 256)" in markdown_table(result)
     for m in ("eagle-chain", "eagle", "eagle2", "auto"):
         r = result["methods"][m]
         assert r["tau"] >= 1.0 and r["predicted_speedup"] > 0

@@ -235,11 +235,16 @@ def bench(target, head, methods=BENCH_DEFAULT, dataset="mtbench", n=10, max_new_
     result["methods"] = _method_summaries(target, methods, prompts, rows, outputs, curve,
                                           temperature, auto_tree, extra)
     _note_compiles(result["methods"], extra, first_call, cache_len)
-    if exact:
-        van = result["methods"][VANILLA]
-        result["stock_vanilla"] = summarize(STOCK_VANILLA, rows[STOCK_VANILLA],
-                                            outputs[STOCK_VANILLA], outputs[VANILLA],
-                                            van["tokens_per_second"], curve, temperature, None)
+    return _with_baseline(result, rows, outputs)
+
+
+def _with_baseline(result, rows, outputs) -> dict:
+    """The result with vanilla on the stock forward (an exact run's) summarized, and `baseline`."""
+    if STOCK_VANILLA in rows:
+        result["stock_vanilla"] = summarize(
+            STOCK_VANILLA, rows[STOCK_VANILLA], outputs[STOCK_VANILLA], outputs[VANILLA],
+            result["methods"][VANILLA]["tokens_per_second"], result["cost_curve"],
+            result["temperature"], None)
     result["baseline"] = baseline(result)
     return result
 
@@ -296,13 +301,14 @@ def baseline_line(result, base) -> str:
     best = max(base["speedups"], key=base["speedups"].get, default=None)
     ran = [m for m in result["methods"] if m in VANILLAS] + (
         [STOCK_VANILLA] if result.get("stock_vanilla") else [])
-    line = (f"`vs fastest`: against the fastest vanilla this run measured, {base['name']} "
-            f"({base['tokens_per_second']:.1f} tok/s; vanillas run: {', '.join(ran)})"
-            + (f"; the fastest drafting method, {best}, runs at {base['speedups'][best]:.2f}x it."
+    line = (f"`vs fastest`: against the fastest vanilla this run measured, `{base['name']}` "
+            f"({base['tokens_per_second']:.1f} tok/s; vanillas run: "
+            + ", ".join(f"`{m}`" for m in ran) + ")"
+            + (f"; the fastest drafting method, `{best}`, runs at {base['speedups'][best]:.2f}x it."
                if best else "."))
     for m, r in result["methods"].items():
         if "first_call_seconds" in r:
-            line += (f" {m}'s first call (compiling, static cache of {r['static_cache_len']}) took "
+            line += (f" `{m}`'s first call (compiling, static cache of {r['static_cache_len']}) took "
                      f"{r['first_call_seconds']:.0f} s, kept out of its tok/s.")
     return line
 
