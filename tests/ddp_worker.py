@@ -22,4 +22,7 @@ else:
     head, layers = new_head(target, seed=3), None
 train_head(head, target, DumpSource(compute_features(target, make_examples(), layers=layers)), out,
            TrainConfig(**DDP_CONFIG, unroll=UNROLL[kind]), log=lambda *_: None)
-torch.save(head.state_dict(), f"{out}/rank{PartialState().process_index}.pt")
+state = PartialState()
+torch.save(head.state_dict(), f"{out}/rank{state.process_index}.pt")
+state.wait_for_everyone()   # then close gloo before exit: its threads outliving the group can abort
+state.destroy_process_group()

@@ -157,8 +157,10 @@ def test_bench_runs_label_a_reduced_precision_run_apart_and_refuse_a_clash(tmp_p
     write("bench_a", {"cpu": "x"})
     write("bench_b", {"cpu": "x", "fp32_matmul_precision": "medium"})
     write("bench_d", {"cpu": "x"}, dataset="humaneval")    # other prompts: a run of its own
+    write("bench_e", {"cpu": "x"}, methods={"vanilla": {}, "hf-compiled": {}})   # another peer
     assert set(bench_runs(tmp_path / "data" / "results")) == {
-        "float32 T=0", "float32 T=0 matmul medium", "float32 T=0 humaneval"}
+        "float32 T=0", "float32 T=0 matmul medium", "float32 T=0 humaneval",
+        "float32 T=0 with hf-compiled"}
     write("bench_c", {"cpu": "y"})
     with pytest.raises(EagleMiniError, match="share the label"):
         bench_runs(tmp_path / "data" / "results")

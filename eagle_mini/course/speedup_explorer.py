@@ -33,7 +33,7 @@ from pathlib import Path
 
 from eagle_mini.course.explorer import Explorer
 from eagle_mini.errors import EagleMiniError
-from eagle_mini.methods import VANILLA
+from eagle_mini.methods import HF_COMPILED, VANILLA
 from eagle_mini.runtime.auto import relative_cost
 
 RESULTS = Path(__file__).resolve().parents[2] / "data" / "results"
@@ -71,8 +71,9 @@ def bench_runs(results: Path = RESULTS) -> dict[str, dict]:
     """Every committed bench run, labelled by dtype and temperature ("float32 T=0", ...), by exact
     mode where a reduced-precision run verified in it ("bfloat16 T=0 exact"), by fp32 matmul
     precision where it was not the exact default ("float32 T=0 matmul medium"), and by its prompts
-    where they are not MT-bench's ("bfloat16 T=0 exact humaneval"), and by the stock-forward vanilla
-    an exact run timed beside its own ("bfloat16 T=0 exact with stock vanilla")."""
+    where they are not MT-bench's ("bfloat16 T=0 exact humaneval"), by the stock-forward vanilla
+    an exact run timed beside its own ("bfloat16 T=0 exact with stock vanilla"), and by the
+    compiled HF peer where it ran ("... with hf-compiled")."""
     runs = {}
     for path in sorted(results.glob("bench_*/bench.json")):
         b = json.loads(path.read_text())
@@ -82,7 +83,8 @@ def bench_runs(results: Path = RESULTS) -> dict[str, dict]:
         label = (f"{b['dtype']} T={b['temperature']:g}{exact}"
                  + (f" matmul {precision}" if precision else "")
                  + (f" {b['dataset']}" if b.get("dataset", "mtbench") != "mtbench" else "")
-                 + (" with stock vanilla" if b.get("stock_vanilla") else ""))
+                 + (" with stock vanilla" if b.get("stock_vanilla") else "")
+                 + (f" with {HF_COMPILED}" if HF_COMPILED in b.get("methods", {}) else ""))
         if label in runs:
             raise EagleMiniError(f"two bench runs share the label {label!r}: {runs[label]['path']} "
                                  f"and {b['path']}")
