@@ -301,7 +301,7 @@ def demo_lines(rows, outputs, trees, curve, first_call=None) -> list[str]:
                          f"(same text as vanilla: {identical}){compiled}")
             continue
         over = ("" if fastest == VANILLA else
-                f", over the fastest vanilla ({fastest.strip()}) "
+                f", over the fastest vanilla ({fastest}) "
                 f"{e['tokens_per_second'] / fastest_tps:.2f}x")
         lines.append(f"{label}: {e['new_tokens'] // len(stats)} tokens, "
                      f"{e['tokens_per_second']:.1f} tok/s, tau {fmt(e['tau'])} tokens per draft-verify "

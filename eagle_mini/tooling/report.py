@@ -568,7 +568,7 @@ def bench_section(f: Files) -> list[str]:
         parting = [m for m, v in r["methods"].items() if v["equal_to_vanilla"] is False]
         drafting = [m for m in parting if m not in VANILLAS]
         if r["temperature"] == 0 and drafting:
-            agree = [r["methods"][m]["prefix_agreement"] for m in parting]
+            agree = [r["methods"][m]["prefix_agreement"] for m in drafting]
             facts += (" " + ("No drafting method reproduces vanilla greedy"
                              if len(drafting) == len([m for m in r["methods"] if m not in VANILLAS])
                              else ", ".join(drafting) + (" parts" if len(drafting) == 1 else " part")
