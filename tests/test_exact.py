@@ -16,8 +16,9 @@ from eagle_mini.decode import generate
 from eagle_mini.heads.eagle1 import new_head
 from eagle_mini.runtime.auto import auto_tree
 from eagle_mini.runtime.cost import cost_curve
-from eagle_mini.runtime.exact import (ALONE, ATTENTION, BLOCKS, GROUPED, PREFILL_CHUNK,
-                                      STACKED, VIEWS, FixedKLinear, StackedFixedKLinear, apply,
+from eagle_mini.runtime.exact import (ALONE, ATTENTION, BLOCKS, GROUPED, PADDED, PREFILL_CHUNK,
+                                      STACKED, VIEWS, FixedKLinear, PaddedRowsLinear,
+                                      StackedFixedKLinear, apply, chunk_for,
                                       attention, layout_for, make_exact, replay_path,
                                       restore, row_invariant, use_exact)
 from eagle_mini.runtime.run import run_method
@@ -30,6 +31,44 @@ def test_row_invariance_check_finds_a_planted_row_count_dependence():
     assert row_invariant(rowwise, 16, torch.float32, "cpu", rows=(1, 2, 5))
     leaky = lambda x: rowwise(x) + 1e-3 * x.shape[0]        # noqa: E731  depends on the row count
     assert not row_invariant(leaky, 16, torch.float32, "cpu", rows=(1, 2, 5))
+
+
+class RowCountKernel(torch.nn.Linear):
+    """A linear whose kernel, like a real one, may reduce differently with the row count: here it
+    adds a planted error of the row count (`by_count`) or of a row's place among the rows
+    (`by_place`)."""
+
+    def __init__(self, by_count=0.0, by_place=0.0):
+        super().__init__(64, 8)
+        self.by_count, self.by_place = by_count, by_place
+
+    def forward(self, x):
+        place = torch.arange(x.shape[0], dtype=x.dtype).unsqueeze(1)
+        return super().forward(x) + self.by_count * x.shape[0] + self.by_place * place
+
+
+def test_padded_rows_make_a_row_count_dependent_kernel_exact_and_compute_the_linear():
+    """Every product padded to the block (several blocks past it): a kernel that depends on the row
+    count gives every row one answer, that of its row alone in a padded block, and the linear's."""
+    torch.manual_seed(0)
+    leaky = RowCountKernel(by_count=1e-3)
+    assert not row_invariant(leaky, 64, torch.float32, "cpu")
+    padded = PaddedRowsLinear(leaky, rows=4)
+    assert padded.weight is leaky.weight and not list(padded.buffers())
+    assert row_invariant(padded, 64, torch.float32, "cpu")      # 1 to 64 rows: up to 16 blocks
+    x = torch.randn(11, 64)
+    torch.testing.assert_close(padded(x), F.linear(x, leaky.weight, leaky.bias) + 4e-3)
+    assert padded(x.view(1, 11, 64)).shape == (1, 11, 8)
+    assert chunk_for(leaky, layout=VIEWS, pad_rows=4) == PADDED
+
+
+def test_padding_is_not_chosen_where_a_row_depends_on_its_place_in_the_block():
+    """The padded fix assumes a row's bits do not depend on where in the block it sits; a kernel
+    where they do is measured and given K-chunks instead (each chunk's product still depends on
+    the place here, so it ends row by row)."""
+    placed = RowCountKernel(by_place=1e-3)
+    assert not row_invariant(PaddedRowsLinear(placed, rows=4), 64, torch.float32, "cpu")
+    assert chunk_for(placed, layout=VIEWS, pad_rows=4) != PADDED
 
 
 def test_fixed_k_linear_computes_the_linear():

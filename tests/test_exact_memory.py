@@ -1,6 +1,7 @@
 """Exact mode on a 7B shape holds no second copy of any weight (issue 49, item 2): the linears it
-chunks (`FixedKLinear`) read views of the weights they replace, so an exact target's tensors take
-the bytes of a stock one. Built on the `meta` device (shapes, no memory), with Vicuna-7B's and
+chunks (`FixedKLinear`) read views of the weights they replace, and the linears it pads
+(`PaddedRowsLinear`) call the linears they replace, so an exact target's tensors take the bytes of
+a stock one. Built on the `meta` device (shapes, no memory), with Vicuna-7B's and
 Llama-3.1-8B's hidden sizes and two layers, every linear chunked: the worst case, a machine where
 no linear is row invariant as it is."""
 import pytest
@@ -8,7 +9,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from eagle_mini.models import big_config
-from eagle_mini.runtime.exact import GROUPED, CHUNKS, apply, linear_modules, restore, shape_of
+from eagle_mini.runtime.exact import (CHUNKS, GROUPED, PADDED, apply, linear_modules, restore,
+                                      shape_of)
 from eagle_mini.target import Target
 
 
@@ -37,16 +39,17 @@ def held_bytes(model) -> int:
     return sum(bases.values())
 
 
+@pytest.mark.parametrize("fix,kind", [(CHUNKS[0], "FixedKLinear"), (PADDED, "PaddedRowsLinear")])
 @pytest.mark.parametrize("name", ["vicuna-7b", "llama3.1-8b-instruct"])
-def test_an_exact_7b_shaped_target_holds_the_bytes_of_a_stock_one(name):
+def test_an_exact_7b_shaped_target_holds_the_bytes_of_a_stock_one(name, fix, kind):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(big_config(name, num_hidden_layers=2),
                                                  dtype=torch.bfloat16)
     target = Target(model.eval(), tokenizer=None, name=f"meta:{name}")
     stock = held_bytes(model)
-    chunked = {shape_of(linear): CHUNKS[0] for _, _, linear in linear_modules(model)}
+    chunked = {shape_of(linear): fix for _, _, linear in linear_modules(model)}
     apply(target, chunked, GROUPED)
-    assert sum(type(m).__name__ == "FixedKLinear" for m in model.modules()) == 2 * 7 + 1
+    assert sum(type(m).__name__ == kind for m in model.modules()) == 2 * 7 + 1
     assert held_bytes(model) / stock <= 1.05
     restore(target)
     assert held_bytes(model) == stock

@@ -8,8 +8,8 @@ Two places change the order of a reduction with the row count, and each has its 
 * `attention.py`: every query attends, by the computation a one-token step makes, to exactly its
   own keys (over fixed key blocks, `runtime/blocks.py`, where this machine allows), with the keys
   made once per forward and passed down through it;
-* `linears.py`: a linear whose rows depend on the row count is summed over fixed K-chunks, in a
-  fixed order, which vanilla then uses too.
+* `linears.py`: a linear whose rows depend on the row count runs every product on a fixed number
+  of rows (padded), or is summed over fixed K-chunks in a fixed order; vanilla then uses it too.
 
 Which of these a machine needs is measured on it, then proved on a whole tree forward against
 one-token replays (`probe.py`: `make_exact`, `self_check`); `surgery.py` applies the finding to
@@ -22,8 +22,9 @@ mode costs is measured by `profile-target --compare-exact`, both forwards timed 
 from eagle_mini.runtime.exact.attention import (ALONE, ATTENTION, BLOCKS, GROUPED, PREFILL_CHUNK,
                                                 ForwardKeys, chunked_prefill, exact_attention,
                                                 forward_keys, keys_of, pass_keys, single_queries)
-from eagle_mini.runtime.exact.linears import (CHUNKS, LAYOUTS, ROW_BY_ROW, ROW_COUNTS, STACKED,
-                                              VIEWS, ExactLinear, FixedKLinear, RowByRowLinear,
+from eagle_mini.runtime.exact.linears import (CHUNKS, LAYOUTS, PAD_ROWS, PADDED, ROW_BY_ROW,
+                                              ROW_COUNTS, STACKED, VIEWS, ExactLinear,
+                                              FixedKLinear, PaddedRowsLinear, RowByRowLinear,
                                               StackedFixedKLinear, chunk_for, layout_for,
                                               linear_modules, measure_chunks, row_invariant,
                                               shape_of)
@@ -32,7 +33,7 @@ from eagle_mini.runtime.exact.probe import CHECK_CHOICES, make_exact, replay_pat
 from eagle_mini.runtime.exact.surgery import ExactRecord, apply, exact_of, restore, stock_forward
 
 __all__ = ["ALONE", "ATTENTION", "BLOCKS", "CHECK_CHOICES", "CHUNKS", "GROUPED", "LAYOUTS",
-           "PREFILL_CHUNK", "ROW_BY_ROW", "ROW_COUNTS", "STACKED", "VIEWS", "ExactLinear",
+           "PAD_ROWS", "PADDED", "PaddedRowsLinear", "PREFILL_CHUNK", "ROW_BY_ROW", "ROW_COUNTS", "STACKED", "VIEWS", "ExactLinear",
            "ExactRecord", "FixedKLinear", "ForwardKeys", "RowByRowLinear", "StackedFixedKLinear",
            "apply", "chunk_for", "chunked_prefill", "exact_attention", "exact_of",
            "forward_keys", "keys_of", "layout_for", "linear_modules", "make_exact",

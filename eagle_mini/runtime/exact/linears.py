@@ -3,12 +3,22 @@ forward's linears give each node the bits of a one-token step (EAGLE §3.3 made 
 
 A matmul's kernel may split its K reduction by the number of rows, so in reduced precision a row's
 result can depend on how many rows run beside it. A linear whose rows come out the same for every
-row count is left alone; the others are summed over fixed K-chunks, in fp32, in a fixed order
-(`FixedKLinear`, over views of the weight: no copy; on a CPU with the memory for it,
-`StackedFixedKLinear`, a copy laid out for one weight read per one-token step), which vanilla then
-uses too, and where no chunk will do, every row runs alone (`RowByRowLinear`). Which linears need
-the chunks depends on the CPU (or GPU) and its kernels, so each weight shape is measured on the
-machine at hand, in the layout that will run (`measure_chunks`, `layout_for`).
+row count is left alone. For the others, three fixes, tried in this order:
+
+* **padded rows** (`PaddedRowsLinear`): every product runs on exactly `PAD_ROWS` rows, a forward's
+  rows cut into blocks of that many and the last block padded with zero rows, so the kernel sees
+  one row count, always. A one-token step is one such block, and so is a tree of up to `PAD_ROWS`
+  nodes: the same kernel, the same bits per row, if a row's bits do not depend on its place in
+  the block or on the rows beside it (measured). No copy of the weight, no extra operation per
+  chunk: on the CPUs measured, the cheapest of the three;
+* **fixed K-chunks**, summed in fp32 in a fixed order (`FixedKLinear`, over views of the weight: no
+  copy; on a CPU with the memory for it, `StackedFixedKLinear`, a copy laid out for one weight
+  read per one-token step);
+* **row by row**, where nothing else will do (`RowByRowLinear`).
+
+Vanilla then runs the same linears. Which linears need which depends on the CPU (or GPU) and its
+kernels, so each weight shape is measured on the machine at hand, in the layout that will run
+(`measure_chunks`, `layout_for`).
 """
 import torch
 import torch.nn.functional as F
@@ -19,6 +29,8 @@ from eagle_mini.runtime.packed import pack_linears
 CHUNKS = (512, 256, 128)          # K-chunk sizes tried, largest (fewest extra ops) first
 ROW_COUNTS = (1, 2, 3, 4, 5, 6, 8, 11, 16, 26, 32, 60, 64)   # the tree sizes a forward may carry
 ROW_BY_ROW = -1   # `chunked` value of a linear that runs `RowByRowLinear`
+PADDED = -2       # `chunked` value of a linear that runs `PaddedRowsLinear`
+PAD_ROWS = 16     # its block: the trees of the methods table (16 nodes, the root included) fit one
 VIEWS, STACKED = "views", "stacked"   # the chunked linears' layouts (`layout_for`)
 
 
@@ -133,6 +145,34 @@ def free_memory() -> int:
     return psutil.virtual_memory().available
 
 
+class PaddedRowsLinear(ExactLinear):
+    """A linear whose every product has exactly `rows` rows: a forward's rows in blocks of `rows`,
+    the last block padded with zero rows, each block one call of the replaced linear (packed or
+    not, as it was) and the padding's outputs dropped. A one-token step and a tree of up to `rows`
+    nodes are then the same product, so a node gets the bits of its one-token step wherever the
+    kernel gives a row the same bits at every place in the block, whatever the other rows hold:
+    a fact of the machine's kernels, which `chunk_for` measures (row counts past `rows`, several
+    blocks, included). Verifying up to `rows` tokens costs one `rows`-row product, as a one-token
+    step now does; the weight is not copied (`tests/test_exact_memory.py`)."""
+
+    def __init__(self, linear: nn.Linear, rows: int = PAD_ROWS):
+        super().__init__(linear)
+        self.rows = rows
+
+    def forward(self, x):
+        flat = x.reshape(-1, self.in_features)
+        n, rows, linear = flat.shape[0], self.rows, self.replaced[0]
+        whole = -(-n // rows) * rows
+        if whole != n:
+            flat = F.pad(flat, (0, 0, 0, whole - n))
+        out = (linear(flat) if whole == rows else
+               torch.cat([linear(flat[start:start + rows]) for start in range(0, whole, rows)]))
+        return out[:n].view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, rows={self.rows}"
+
+
 class RowByRowLinear(ExactLinear):
     """The last resort: every row its own one-row product, as a one-token step computes it. Exact
     by construction, but it reads the weight once per row, so verifying n tokens costs about n
@@ -159,13 +199,18 @@ def linear_modules(model) -> list[tuple[nn.Module, str, nn.Linear]]:
             for name, child in parent.named_children() if isinstance(child, nn.Linear)]
 
 
-def chunk_for(linear: nn.Linear, rows=ROW_COUNTS, layout: str = VIEWS) -> int | None:
-    """0 when the linear is row invariant as it is, else the largest chunk of `CHUNKS` that makes
-    it so in `layout`, else `ROW_BY_ROW`."""
+def chunk_for(linear: nn.Linear, rows=ROW_COUNTS, layout: str = VIEWS,
+              pad_rows: int = PAD_ROWS) -> int | None:
+    """0 when the linear is row invariant as it is, else `PADDED` when its products padded to
+    `pad_rows` rows make it so (0: not tried), else the largest chunk of `CHUNKS` that does in
+    `layout`, else `ROW_BY_ROW`."""
     w = linear.weight
     with torch.no_grad():
         if row_invariant(linear, linear.in_features, w.dtype, w.device, rows):
             return 0
+        if pad_rows and row_invariant(PaddedRowsLinear(linear, pad_rows), linear.in_features,
+                                      w.dtype, w.device, rows):
+            return PADDED
         for chunk in CHUNKS:
             if chunk < linear.in_features and row_invariant(
                     LAYOUTS[layout](linear, chunk), linear.in_features, w.dtype, w.device, rows):
@@ -177,11 +222,11 @@ def shape_of(linear) -> str:
     return f"{linear.in_features}x{linear.out_features}"
 
 
-def measure_chunks(model, rows=ROW_COUNTS, layout: str = VIEWS) -> dict:
-    """{shape: chunk} for every linear shape of the model in `layout` (0: invariant as it is)."""
+def measure_chunks(model, rows=ROW_COUNTS, layout: str = VIEWS, pad_rows: int = PAD_ROWS) -> dict:
+    """{shape: chunk} for every linear shape of the model (`chunk_for`; 0: invariant as it is)."""
     chunks = {}
     for _, _, linear in linear_modules(model):
         if shape_of(linear) not in chunks:
-            chunks[shape_of(linear)] = chunk_for(linear, rows, layout)
+            chunks[shape_of(linear)] = chunk_for(linear, rows, layout, pad_rows)
     return chunks
 

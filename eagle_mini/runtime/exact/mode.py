@@ -39,7 +39,8 @@ def use_exact(target, mode: str = "auto") -> ExactRecord | None:
         return made[0]
     record = ExactRecord(**{**saved, "how": how})
     if record.exact:
-        apply(target, record.chunked, record.attention, record.rows, record.layout)
+        apply(target, record.chunked, record.attention, record.rows, record.layout,
+              record.pad_rows)
     target.runtime.exact = record
     return record
 

@@ -11,7 +11,7 @@ import torch
 
 from eagle_mini.runtime.blocks import BLOCK, min_rows
 from eagle_mini.runtime.exact.attention import ALONE, BLOCKS, GROUPED
-from eagle_mini.runtime.exact.linears import ROW_COUNTS, layout_for, measure_chunks
+from eagle_mini.runtime.exact.linears import PAD_ROWS, ROW_COUNTS, layout_for, measure_chunks
 from eagle_mini.runtime.exact.surgery import ExactRecord, apply, restore
 from eagle_mini.target import crop_cache, head_dim
 from eagle_mini.tree import from_choices
@@ -21,22 +21,24 @@ CHECK_CHOICES = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 0, 0]]
 PREFILL_TAIL = 3   # the self-check's prefill: its last tokens against one-token steps
 
 
-def make_exact(target, rows=ROW_COUNTS, check: bool = True) -> ExactRecord:
+def make_exact(target, rows=ROW_COUNTS, check: bool = True, pad_rows: int = PAD_ROWS) -> ExactRecord:
     """Make `target`'s forwards batch invariant (see the package's docstring), measured on this
     machine, then self-check a tree forward; on failure the model is left as it was and the record
-    says why. The record is kept as `target.runtime.exact`."""
+    says why. The record is kept as `target.runtime.exact`. `pad_rows`: the block of the linears
+    fixed by padded rows (0: none are, the K-chunks are tried first)."""
     restore(target)   # measured on the stock modules, whatever ran before
     layout = layout_for(target.model)
-    chunked = {s: c for s, c in measure_chunks(target.model, rows, layout).items() if c}
+    chunked = {s: c for s, c in measure_chunks(target.model, rows, layout, pad_rows).items() if c}
     least = min_rows(head_dim(target.model.config), target.device)
     ways = ((BLOCKS,) if least else ()) + (GROUPED, ALONE)   # the fastest first
     for attention in ways:
-        apply(target, chunked, attention, least or 0, layout)
+        apply(target, chunked, attention, least or 0, layout, pad_rows)
         ok, why = self_check(target) if check else (True, "not self-checked")
         if ok:
             break
     record = ExactRecord(ok, why, chunked if ok else {}, attention,
-                         least if attention == BLOCKS else 0, layout=layout)
+                         least if attention == BLOCKS else 0, layout=layout,
+                         pad_rows=pad_rows)
     if not ok:
         restore(target)
     target.runtime.exact = record

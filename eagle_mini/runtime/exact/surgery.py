@@ -10,16 +10,18 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from eagle_mini.runtime.exact.attention import ATTENTION, GROUPED, pass_keys
-from eagle_mini.runtime.exact.linears import (LAYOUTS, ROW_BY_ROW, VIEWS, RowByRowLinear,
-                                              linear_modules, shape_of)
+from eagle_mini.runtime.exact.linears import (LAYOUTS, PAD_ROWS, PADDED, ROW_BY_ROW, VIEWS,
+                                              PaddedRowsLinear, RowByRowLinear, linear_modules,
+                                              shape_of)
 from eagle_mini.runtime.state import edits_of
 
 
 @dataclass
 class ExactRecord:
     """What `make_exact` did and found: `exact` (the self-check passed), `why` (one line),
-    `chunked` ({shape "KxN": chunk} for the linears that needed fixed K-chunks), `how` (measured
-    now, or read from this machine's cache)."""
+    `chunked` ({shape "KxN": chunk} for the linears that needed a fix: a K-chunk, `PADDED` for
+    products padded to `pad_rows` rows, `ROW_BY_ROW`), `how` (measured now, or read from this
+    machine's cache)."""
     exact: bool
     why: str
     chunked: dict = field(default_factory=dict)
@@ -27,29 +29,35 @@ class ExactRecord:
     rows: int = 0          # `BLOCKS`: products padded to at least this many rows (`min_rows`)
     how: str = "measured now"
     layout: str = VIEWS    # how the chunked linears hold their weights (`linears.layout_for`)
+    pad_rows: int = PAD_ROWS   # the block of the `PADDED` linears
 
     def line(self) -> str:
         """One line for a command's header."""
         if not self.exact:
             return f"exact verification OFF: {self.why} (outputs equal vanilla's up to near-ties)"
-        chunks = ", ".join(f"{s} row by row (slow)" if c == ROW_BY_ROW else f"{s} in K-chunks of {c}"
-                           for s, c in self.chunked.items()) or "none"
-        return (f"exact verification on ({self.why}; attention {self.attention}; linears chunked: "
-                f"{chunks}{f' ({self.layout})' if self.chunked else ''}; {self.how})")
+        def fix(chunk):
+            return {ROW_BY_ROW: "row by row (slow)", PADDED: f"padded to {self.pad_rows} rows"}.get(
+                chunk, f"in K-chunks of {chunk} ({self.layout})")
+        fixes = ", ".join(f"{s} {fix(c)}" for s, c in self.chunked.items()) or "none"
+        return (f"exact verification on ({self.why}; attention {self.attention}; linears fixed: "
+                f"{fixes}; {self.how})")
 
 
 def apply(target, chunked: dict, attention: str = GROUPED, rows: int = 0,
-          layout: str = VIEWS) -> None:
+          layout: str = VIEWS, pad_rows: int = PAD_ROWS) -> None:
     """Route the target through exact attention (`attention`: `BLOCKS` with products of at least
     `rows` rows, `GROUPED` or `ALONE`), with each forward's keys made once by the decoder stack's
-    pre-hook (`attention.pass_keys`), and its `chunked` linears through `FixedKLinear` in `layout`
-    (`linears.LAYOUTS`: views of the weight, or a stacked copy). Every
+    pre-hook (`attention.pass_keys`), and its `chunked` linears through their fix: products
+    padded to `pad_rows` rows (`PaddedRowsLinear`), `FixedKLinear` in `layout` (`linears.LAYOUTS`:
+    views of the weight, or a stacked copy), or row by row. Every
     change goes through the target's `ModelEdits` (`runtime/state.py`), so `restore` undoes it."""
     edits = edits_of(target)
     for parent, name, linear in linear_modules(target.model):
         chunk = chunked.get(shape_of(linear))
         if chunk:
-            exact = RowByRowLinear(linear) if chunk == ROW_BY_ROW else LAYOUTS[layout](linear, chunk)
+            exact = (RowByRowLinear(linear) if chunk == ROW_BY_ROW else
+                     PaddedRowsLinear(linear, pad_rows) if chunk == PADDED else
+                     LAYOUTS[layout](linear, chunk))
             edits.swap(parent, name, exact)
     edits.set_attention(ATTENTION)
     edits.set_field("exact_attention", attention)
