@@ -62,8 +62,11 @@ def auto_tree(target, head, curve=None, prompts=None):
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
     kernels = packed_kind(target.model) or "stock"
-    if target.runtime.is_exact:
-        kernels += "-exact"   # exact verification has its own cost curve
+    if target.runtime.is_exact:   # exact verification has its own cost curve, each fix its own
+        record = target.runtime.exact
+        fixes = repr((sorted(record.chunked.items()), record.attention, record.rows,
+                      record.layout, record.pad_rows))
+        kernels += "-exact-" + hashlib.sha1(fixes.encode()).hexdigest()[:8]
 
     def measure():
         tree, scores = choose_auto_tree(target, head, curve or cost_curve(target, repeats=3),
