@@ -1,22 +1,25 @@
-"""Probe: does `torch.compile` make the bf16 exact forward cheaper, and does it stay exact?
+"""Probe: the routes to a cheaper bf16 exact forward, each one's exactness and cost side by side.
 
 Why: a one-token forward runs several times above its memory floor, and most of the gap is the
-Python and dispatch cost of many small ops per layer (`profile-target --by-op`). Inductor fuses
-small ops, so it is the established lever. Exact mode (`runtime/exact/`) adds its own ops (the
-blocked attention, the fixed K-chunks of `down_proj`), so this probe compiles, in turn:
+Python and dispatch cost of many small ops per layer (`profile-target --by-op`). Exact mode
+(`runtime/exact/`) adds its own ops (the blocked attention, the fixes of its linears), so this
+probe runs, in turn:
 
-* `none`: the eager exact forward, as decoding runs it (the baseline);
-* `attention`: `blocks.blocked` compiled (dynamic shapes: the cache grows every step);
-* `norms+mlp`: every layer's two RMSNorms and its MLP compiled. Inductor cannot lower a weight
-  prepacked outside the graph (its oneDNN lowering wants a frozen constant), so the packed linear
+* `stock`: the stock forward, exact mode off (not exact: the floor the others are held to);
+* `chunked`: exact mode with its linears fixed by K-chunks only (`make_exact(pad_rows=0)`): the
+  eager exact forward the course ran before padded rows;
+* `padded`: exact mode as it now is, linears fixed by products padded to `PAD_ROWS` rows;
+* `attention`: `padded` with `blocks.blocked` compiled (dynamic shapes: the cache grows);
+* `norms+mlp`: `padded` with every layer's two RMSNorms and its MLP compiled. Inductor cannot
+  lower a weight prepacked outside the graph (its oneDNN lowering wants a frozen constant), so the packed linear
   runs as an opaque custom op (`onednn_linear` below) the graph calls.
 
 Each variant runs in its own process (compiled code and caches do not leak between them), twice,
 alternating; each reports exact mode's self-check on the compiled forward (every tree node against
-its one-token replay, bitwise) and the median c(1), c(4) and c(16) over a 200-token prefix,
+its one-token replay, bitwise) and the median c(1), c(4), c(16) and c(26) over a 200-token prefix,
 timed after a warm-up that compiles the shapes. Compile time is the self-check's wall time.
 
-    python scripts/probe_compile.py --out data/results/probe_compile.json
+    python scripts/probe_compile.py --out data/results/probe_exact_routes.json
 """
 import argparse
 import json
@@ -26,7 +29,7 @@ import time
 
 import torch
 
-VARIANTS = ("none", "attention", "norms+mlp")
+VARIANTS = ("stock", "chunked", "padded", "attention", "norms+mlp")
 
 
 def onednn_linear_op():
@@ -43,7 +46,8 @@ def onednn_linear_op():
 
 
 def route_through(model, op):
-    """Every packed linear of `model` (and the stacked weights of `StackedFixedKLinear`) through `op`."""
+    """Every packed linear of `model` (with the stacked weights of `StackedFixedKLinear` and the
+    linears `PaddedRowsLinear` calls) through `op`."""
     import types
 
     def forward(self, x):
@@ -54,6 +58,7 @@ def route_through(model, op):
         return op(x, self._packed["onednn", None], bias, self.weight.shape[0])
     mods = list(model.modules())
     mods += [m.stacked[0] for m in mods if hasattr(m, "stacked")]
+    mods += [m.replaced[0] for m in mods if type(m).__name__ == "PaddedRowsLinear"]
     for m in mods:
         if getattr(m, "_pack_kind", None) == "onednn":
             m.forward = types.MethodType(forward, m)
@@ -61,13 +66,14 @@ def route_through(model, op):
 
 def run_variant(variant: str, threads: int) -> dict:
     from eagle_mini import load_target
-    from eagle_mini.runtime.exact import attention, self_check, use_exact
+    from eagle_mini.runtime.exact import attention, make_exact, self_check, use_exact
     from eagle_mini.target import crop_cache
 
     torch.set_num_threads(threads)
     target = load_target("smollm2-135m", dtype="bf16", pack=True)
-    record = use_exact(target, "on")
-    if not record.exact:
+    record = (make_exact(target, pad_rows=0) if variant == "chunked" else
+              None if variant == "stock" else use_exact(target, "on"))
+    if record is not None and not record.exact:
         return {"variant": variant, "error": record.line()}
     if variant == "attention":
         attention.blocked = torch.compile(attention.blocked, dynamic=True)
@@ -77,7 +83,7 @@ def run_variant(variant: str, threads: int) -> dict:
             for part in (layer.input_layernorm, layer.post_attention_layernorm, layer.mlp):
                 part.forward = torch.compile(part.forward, dynamic=True)
     start = time.perf_counter()
-    ok, why = self_check(target)
+    ok, why = self_check(target)   # on the stock forward: whether it happens to be exact here
     check_s = time.perf_counter() - start
     g = torch.Generator().manual_seed(0)
     cache = target.new_cache()
@@ -93,7 +99,7 @@ def run_variant(variant: str, threads: int) -> dict:
             times.append(time.perf_counter() - t)
             crop_cache(cache, 200)
         return sorted(times)[len(times) // 2] * 1e3
-    ns = (1, 4, 16)
+    ns = (1, 4, 16, 26)
     for n in ns:
         median_ms(n, 2)   # warm-up: compiles this shape
     return {"variant": variant, "exact": ok, "self_check": why, "self_check_s": check_s,

@@ -34,6 +34,7 @@ from eagle_mini.lookup import LookupDrafter
 from eagle_mini.tree import DynamicTree
 from eagle_mini.heads.eagle3 import new_eagle3_head
 from eagle_mini.heads.eagle1 import new_head
+from eagle_mini.heads.frequent import FrequentVocabHead
 from eagle_mini.models import tiny_target
 from eagle_mini.sampling import warp
 from eagle_mini.tree import from_choices
@@ -311,7 +312,9 @@ def world():
     target.model.to(DEVICE)
     return {"target": target,
             "heads": {"random head": new_head(target, seed=1), "close head": close_head(target),
-                      "eagle3 head": new_eagle3_head(target, seed=1, layers=(0, 0, 1))},
+                      "eagle3 head": new_eagle3_head(target, seed=1, layers=(0, 0, 1)),
+                      # FR-Spec: the close head drafting 3 of the 5 tokens (`heads/frequent.py`)
+                      "close head, 3 tokens": FrequentVocabHead(close_head(target), [0, 2, 3])},
             "laws": {w: exact_joint(target, PROMPT, 4, *WARPS[w]).sum(0) for w in WARPS}}
 
 
@@ -331,7 +334,8 @@ def eagle_samples(world, head, tree, warp_name, drafter_cls=None):
 
 
 @pytest.mark.parametrize("warp_name", WARPS)
-@pytest.mark.parametrize("head", ["random head", "close head", "eagle3 head"])
+@pytest.mark.parametrize("head", ["random head", "close head", "eagle3 head",
+                                  "close head, 3 tokens"])
 @pytest.mark.parametrize("tree, rule", [
     pytest.param(EAGLE1_TREE, SampledTreeRule, id="EAGLE-1"),
     pytest.param(EAGLE2_TREE, TopKTreeRule, id="EAGLE-2")])

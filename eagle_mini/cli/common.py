@@ -15,6 +15,16 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -125,6 +135,14 @@ def add_head_args(p):
     p.add_argument("--tree", default=None,
                    help=f"the draft tree, overriding the method's: {tree_forms()}; the same as "
                         "Python's tree= (methods.resolve_tree)".replace("%", "%%"))
+    add_draft_vocab(p)
+
+
+def add_draft_vocab(p):
+    p.add_argument("--draft-vocab", type=nonnegative_int, default=0, metavar="N",
+                   help="draft over the N tokens the target writes most often in the head's "
+                        "training replies only (FR-Spec, heads/frequent.py): cheaper draft steps, "
+                        "the output unchanged; 0 (default): the head's own draft vocabulary")
 
 
 def set_threads(threads: int | None) -> None:
@@ -181,7 +199,19 @@ def load(args):
 def head_for(args, target, methods=()):
     """--head DIR, else the best shipped head for the target, else a random head (said loudly).
     When `methods` draft with more than one head kind (the table's `head` column): {kind: head},
-    the best shipped head of each kind (`runtime.run.pick_head` hands each method its own)."""
+    the best shipped head of each kind (`runtime.run.pick_head` hands each method its own).
+    `--draft-vocab N`: each drafting over the N most frequent tokens (`heads/frequent.py`)."""
+    head, note = _heads(args, target, methods)
+    n = getattr(args, "draft_vocab", 0)
+    if n:
+        from eagle_mini.heads.frequent import narrowed
+        from eagle_mini.training.commands import frequent_tokens
+        head = narrowed(head, frequent_tokens(target, n))
+        note += f"; drafting over the {n:,} most frequent tokens (FR-Spec)"
+    return head, note
+
+
+def _heads(args, target, methods):
     from eagle_mini.heads import HEAD_KINDS, default_head
     from eagle_mini.methods import method
     kinds = sorted({method(m).head for m in methods if method(m).is_eagle}, key=HEAD_KINDS.index)

@@ -4,9 +4,9 @@ import json
 import sys
 from pathlib import Path
 
-from eagle_mini.cli.common import (add_decode_target_args, add_head_args, command_line, fmt, head_for,
-                                   head_dir, load, method_names, positive_int, refuse_ignored,
-                                   tree_arg)
+from eagle_mini.cli.common import (add_decode_target_args, add_draft_vocab, add_head_args,
+                                   command_line, fmt, head_for, head_dir, load, method_names,
+                                   positive_int, refuse_ignored, tree_arg)
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.results import default_out
 
@@ -361,6 +361,7 @@ def add_bench(sub):
     add_decode_target_args(b)
     b.add_argument("--head", type=head_dir, default=None,
                    help="draft head directory (default: shipped head)")
+    add_draft_vocab(b)
     b.add_argument("--methods", type=method_names, default=",".join(BENCH_DEFAULT),
                    help="comma-separated; eagle3 (needs an EAGLE-3 head) runs when named")
     b.add_argument("--dataset", default="mtbench", choices=["mtbench", "humaneval", "sharegpt-test"])

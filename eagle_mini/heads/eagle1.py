@@ -84,8 +84,16 @@ class DraftHead(nn.Module):
         In the lm_head's dtype: an fp32 head in training on a bf16 target casts its output, not
         the target's vocabulary-sized weight."""
         lm, module = self._shared["lm_head"], self._shared.get("lm_head_module")
-        x = predicted.to(lm.dtype)
+        x = self.draft_input(predicted)
         return module(x) if module is not None else x @ lm.T
+
+    def draft_input(self, predicted: torch.Tensor) -> torch.Tensor:
+        """What the output rows (`draft_weight`) multiply: the predicted features, in their dtype."""
+        return predicted.to(self._shared["lm_head"].dtype)
+
+    def draft_weight(self) -> torch.Tensor:
+        """The output rows [draft_vocab, H]: the target's lm_head's, for the draft vocabulary."""
+        return self._shared["lm_head"]
 
     def fuse(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """The fc input per position: [..., H] feature and/or embedding of the shifted token."""

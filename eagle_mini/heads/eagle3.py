@@ -200,7 +200,15 @@ class Eagle3Head(nn.Module):
 
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """The layer's pre-norm outputs [n, H] -> draft logits [n, draft_vocab]."""
-        return self.lm_head(self.norm(predicted))
+        return self.lm_head(self.draft_input(predicted))
+
+    def draft_input(self, predicted: torch.Tensor) -> torch.Tensor:
+        """What the output rows (`draft_weight`) multiply: the normed outputs."""
+        return self.norm(predicted)
+
+    def draft_weight(self) -> torch.Tensor:
+        """The output rows [draft_vocab, H]: the head's own lm_head."""
+        return self.lm_head.weight
 
     def forward(self, features, tokens, cache=None, positions=None, tree_mask=None):
         """One draft step. features: [b, n, 3H] target layers (first step) or [b, n, H] the

@@ -90,8 +90,20 @@ class TrainHeadCommand:
 
 
 def frequent_tokens(target, n: int, conversations: int = 2000) -> list[int]:
-    """The n most frequent assistant (loss-masked) tokens of the first train conversations."""
-    return most_frequent_ids(assistant_token_counts(target, conversations), n, target.vocab_size)
+    """The n most frequent assistant (loss-masked) tokens of the first train conversations, their
+    counts made once per target and kept in the cache (`$EAGLE_MINI_CACHE/token_counts/`)."""
+    if not 1 <= n <= target.vocab_size:
+        raise EagleMiniError(f"a draft vocabulary holds 1 to {target.vocab_size:,} tokens, got {n}")
+    from eagle_mini.runtime.machine_cache import cached_finding, machine_key_parts
+
+    def measure():
+        counts = assistant_token_counts(target, conversations)
+        return {"counts": {str(t): c for t, c in counts.items()}}
+    tokenizer = getattr(target.tokenizer, "name_or_path", "") or "no-tokenizer"
+    key = machine_key_parts(target.name, tokenizer, target.vocab_size, f"{conversations}conv")
+    found, _ = cached_finding("token_counts", key, measure)
+    counts = Counter({int(t): c for t, c in found["counts"].items()})
+    return most_frequent_ids(counts, n, target.vocab_size)
 
 
 def assistant_token_counts(target, conversations: int = 2000) -> Counter:

@@ -32,10 +32,11 @@ from eagle_mini.runtime.exact.mode import source_tag, use_exact
 from eagle_mini.runtime.exact.probe import CHECK_CHOICES, make_exact, replay_path, self_check
 from eagle_mini.runtime.exact.surgery import ExactRecord, apply, exact_of, restore, stock_forward
 
-__all__ = ["ALONE", "ATTENTION", "BLOCKS", "CHECK_CHOICES", "CHUNKS", "GROUPED", "LAYOUTS",
-           "PAD_ROWS", "PADDED", "PaddedRowsLinear", "PREFILL_CHUNK", "ROW_BY_ROW", "ROW_COUNTS", "STACKED", "VIEWS", "ExactLinear",
-           "ExactRecord", "FixedKLinear", "ForwardKeys", "RowByRowLinear", "StackedFixedKLinear",
-           "apply", "chunk_for", "chunked_prefill", "exact_attention", "exact_of",
-           "forward_keys", "keys_of", "layout_for", "linear_modules", "make_exact",
-           "measure_chunks", "pass_keys", "replay_path", "restore", "row_invariant",
-           "self_check", "shape_of", "single_queries", "source_tag", "stock_forward", "use_exact"]
+__all__ = ["ALONE", "ATTENTION", "BLOCKS", "CHECK_CHOICES", "CHUNKS", "ExactLinear",
+           "ExactRecord", "FixedKLinear", "ForwardKeys", "GROUPED", "LAYOUTS", "PADDED",
+           "PAD_ROWS", "PREFILL_CHUNK", "PaddedRowsLinear", "ROW_BY_ROW", "ROW_COUNTS",
+           "RowByRowLinear", "STACKED", "StackedFixedKLinear", "VIEWS", "apply", "chunk_for",
+           "chunked_prefill", "exact_attention", "exact_of", "forward_keys", "keys_of",
+           "layout_for", "linear_modules", "make_exact", "measure_chunks", "pass_keys",
+           "replay_path", "restore", "row_invariant", "self_check", "shape_of", "single_queries",
+           "source_tag", "stock_forward", "use_exact"]

@@ -21,7 +21,8 @@ CHECK_CHOICES = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 0, 0]]
 PREFILL_TAIL = 3   # the self-check's prefill: its last tokens against one-token steps
 
 
-def make_exact(target, rows=ROW_COUNTS, check: bool = True, pad_rows: int = PAD_ROWS) -> ExactRecord:
+def make_exact(target, rows=ROW_COUNTS, check: bool = True,
+               pad_rows: int = PAD_ROWS) -> ExactRecord:
     """Make `target`'s forwards batch invariant (see the package's docstring), measured on this
     machine, then self-check a tree forward; on failure the model is left as it was and the record
     says why. The record is kept as `target.runtime.exact`. `pad_rows`: the block of the linears
