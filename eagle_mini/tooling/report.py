@@ -52,7 +52,10 @@ FASTEST = tuple(f"bench_smollm2-135m_cpu_bf16_exact_{s}_T0_fastest"
                 for s in ("mtbench", "humaneval", "sharegpt"))
 # the headline configuration (FASTEST[0]) run again with the same command, alone: its spread
 REPEATS = (FASTEST[0], f"{FASTEST[0]}_run2", f"{FASTEST[0]}_run3")
-BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", *FASTEST, "bench_smollm2-135m_cpu_bf16_mtbench_T0",
+# the headline configuration with the head drafting over its 8,192 most frequent tokens (FR-Spec)
+FRSPEC = "bench_smollm2-135m_cpu_bf16_exact_mtbench_T0_frspec8192"
+BENCHES = ("bench_smollm2-135m_cpu_mtbench_T0", *FASTEST, FRSPEC,
+           "bench_smollm2-135m_cpu_bf16_mtbench_T0",
            "bench_smollm2-135m_cpu_bf16_exact_mtbench_T0", "bench_smollm2-135m_cpu_mtbench_T1",
            "bench_smollm2-135m_cpu_bf16_exact_mtbench_T1",
            "bench_smollm2-135m_cpu_bf16_exact_humaneval_T0",
