@@ -15,6 +15,7 @@ from eagle_mini.models import tiny_target
 from eagle_mini.runtime.packed import pack_linears
 from eagle_mini.training import commands
 from eagle_mini.training.commands import frequent_tokens
+from test_lossless_sampling import close_head   # a head that drafts well without training
 
 
 @pytest.fixture(scope="module")
@@ -43,20 +44,6 @@ def test_an_eagle3_heads_reduced_vocabulary_meets_the_frequent_tokens(target):
     torch.testing.assert_close(small.draft_logits(x), head.draft_logits(x)[:, [1, 2, 29]])
     with pytest.raises(EagleMiniError, match="no token in common"):
         FrequentVocabHead(head, [1, 3, 5])
-
-
-def close_head(target):
-    """A head that drafts well without training: fc passes the shifted token's embedding through
-    and its layer is a copy of the target's first (as in `test_lossless_sampling.py`)."""
-    head = new_head(target, seed=0)
-    hidden = target.hidden_size
-    with torch.no_grad():
-        head.fc.weight.copy_(torch.cat([torch.eye(hidden), torch.zeros(hidden, hidden)], dim=1))
-        head.fc.bias.zero_()
-        layer = target.model.model.layers[0].state_dict()
-        head.layers[0].load_state_dict({k: v for k, v in layer.items()
-                                        if not k.startswith("input_layernorm")})
-    return head
 
 
 @pytest.mark.parametrize("tree", ["eagle2", "eagle1", "chain:4"])
