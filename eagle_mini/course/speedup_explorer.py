@@ -29,6 +29,7 @@ the context length, and the machine's drift between the curve and the generation
     1.0
 """
 import json
+import re
 from pathlib import Path
 
 from eagle_mini.course.explorer import Explorer
@@ -72,8 +73,10 @@ def bench_runs(results: Path = RESULTS) -> dict[str, dict]:
     mode where a reduced-precision run verified in it ("bfloat16 T=0 exact"), by fp32 matmul
     precision where it was not the exact default ("float32 T=0 matmul medium"), and by its prompts
     where they are not MT-bench's ("bfloat16 T=0 exact humaneval"), by the stock-forward vanilla
-    an exact run timed beside its own ("bfloat16 T=0 exact with stock vanilla"), and by the
-    compiled HF peer where it ran ("... with hf-compiled")."""
+    an exact run timed beside its own ("bfloat16 T=0 exact with stock vanilla"), by the
+    compiled HF peer where it ran ("... with hf-compiled"), by a head drafting over its most
+    frequent tokens ("... FR-Spec") and, for a run repeating another's command, by its folder's
+    run number ("... (run 2)")."""
     runs = {}
     for path in sorted(results.glob("bench_*/bench.json")):
         b = json.loads(path.read_text())
@@ -84,7 +87,10 @@ def bench_runs(results: Path = RESULTS) -> dict[str, dict]:
                  + (f" matmul {precision}" if precision else "")
                  + (f" {b['dataset']}" if b.get("dataset", "mtbench") != "mtbench" else "")
                  + (" with stock vanilla" if b.get("stock_vanilla") else "")
-                 + (f" with {HF_COMPILED}" if HF_COMPILED in b.get("methods", {}) else ""))
+                 + (f" with {HF_COMPILED}" if HF_COMPILED in b.get("methods", {}) else "")
+                 + (" FR-Spec" if "(FR-Spec)" in b.get("head", "") else ""))
+        repeat = re.search(r"_run(\d+)$", path.parent.name)
+        label += f" (run {repeat.group(1)})" if repeat else ""
         if label in runs:
             raise EagleMiniError(f"two bench runs share the label {label!r}: {runs[label]['path']} "
                                  f"and {b['path']}")
