@@ -15,24 +15,23 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def nonnegative_int(text: str) -> int:
+def bounded_int(text: str, least: int, words: str) -> int:
+    """An argparse type: `text` as an integer of at least `least`, else `words` in the error."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {words}, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {words}, got {value}")
     return value
+
+
+def nonnegative_int(text: str) -> int:
+    return bounded_int(text, 0, "an integer >= 0")
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+    return bounded_int(text, 1, "a positive integer")
 
 
 def share(text: str) -> float:
