@@ -18,6 +18,7 @@ documents name where those live (a module docstring, the head's EXPERIMENTS.md) 
 """
 import json
 import re
+import statistics
 from datetime import datetime
 from pathlib import Path
 
@@ -786,15 +787,12 @@ def repeat_runs(f: Files) -> list[tuple[str, dict]]:
 
 
 def spread(values) -> str:
-    """min / median / max of a few values, two decimals (the median of an even count: the mean of
-    the middle two).
+    """min / median / max of a few values, two decimals.
 
         >>> spread([1.0, 3.0, 2.0])
         '1.00 / 2.00 / 3.00'
     """
-    v = sorted(values)
-    mid = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-    return f"{v[0]:.2f} / {mid:.2f} / {v[-1]:.2f}"
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
 
 def spread_lines(f: Files) -> list[str]:
@@ -831,7 +829,7 @@ def spread_row(f: Files) -> list[list[str]]:
         return []
     bases = [baseline(r) for _, r in runs]
     eagle = [m for m in bases[0]["speedups"] if m in EAGLE_METHODS]
-    best = max(eagle, key=lambda m: sorted(b["speedups"][m] for b in bases)[len(bases) // 2])
+    best = max(eagle, key=lambda m: statistics.median(b["speedups"][m] for b in bases))
     r = runs[0][1]
     return [[f"fastest EAGLE method vs the run's fastest vanilla, {short_dtype(r['dtype'])}"
              f"{precision_label(r)}, {r['dataset']}, {len(runs)} runs of the same command "
