@@ -27,6 +27,7 @@ declared in `Target.runtime` (`Runtime`):
 A draft head never inherits any of this: it is built from the target config's architecture
 fields only (`heads/base.architecture_config`).
 """
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -51,10 +52,25 @@ class Runtime:
     and read from here (results files record it): `kernels`, the matmul kernels' record
     (`runtime.kernels.use_kernels`, None: as loaded); `exact`, exact mode's record
     (`runtime.exact.ExactRecord`, None: off); `edits`, the changes made to the model with what they
-    replaced (`runtime.state.ModelEdits`, None: none)."""
+    replaced (`runtime.state.ModelEdits`, None: none); `prefill`, how an exact target prefills an
+    empty cache: "stock" (the stock forward, exact mode's edits suspended for that one call) or
+    "exact" (row invariant, as every later forward).
+
+    A prefill may run the stock forward because vanilla and EAGLE both prefill the prompt with the
+    same single call: they then hold the same cache, and every later forward, where EAGLE's tree
+    must give vanilla's one-token bits, runs exact. What that gives up: a decoder that prefills the
+    prompt with more tokens in the same call (Hugging Face's prompt lookup, with its first
+    candidates) caches other bits for the prompt than vanilla's stock prefill, and may part from
+    vanilla at near-ties; "exact" keeps it equal, for a prefill several times slower on a CPU."""
     kernels: dict | None = None
     exact: object | None = None
     edits: object | None = field(default=None, repr=False)
+    prefill: str = "stock"
+
+    @property
+    def stock_prefill(self) -> bool:
+        """Whether a prefill of an empty cache runs the stock forward (exact mode on, "stock")."""
+        return self.is_exact and self.prefill == "stock" and self.edits is not None
 
     @property
     def is_exact(self) -> bool:
@@ -155,11 +171,13 @@ class Target:
         mask = None
         if tree_mask is not None:
             mask = attention_mask_4d(tree_mask, past, self.dtype, self.device)
-        out = self.model.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                               past_key_values=cache, use_cache=True,
-                               output_hidden_states=hidden_layers is not None)
-        features = out.last_hidden_state[0]
-        logits = self.model.lm_head(features if all_logits else features[-1:])
+        stock = past == 0 and self.runtime.stock_prefill   # `Runtime.prefill`
+        with self.runtime.edits.suspended() if stock else contextlib.nullcontext():
+            out = self.model.model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                                   past_key_values=cache, use_cache=True,
+                                   output_hidden_states=hidden_layers is not None)
+            features = out.last_hidden_state[0]
+            logits = self.model.lm_head(features if all_logits else features[-1:])
         layers = None
         if hidden_layers is not None:
             layers = torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)

@@ -20,7 +20,7 @@ from eagle_mini.runtime.exact import (ALONE, ATTENTION, BLOCKS, GROUPED, PADDED,
                                       STACKED, VIEWS, FixedKLinear, PaddedRowsLinear,
                                       StackedFixedKLinear, apply, chunk_for,
                                       attention, layout_for, make_exact, replay_path,
-                                      restore, row_invariant, use_exact)
+                                      restore, row_invariant, stock_forward, use_exact)
 from eagle_mini.runtime.run import run_method
 from eagle_mini.target import crop_cache, keep_cache_entries
 from eagle_mini.tree import DynamicTree, from_parents
@@ -171,16 +171,48 @@ def assert_tree_cycles_equal_replays(target, prefix_len=120, cycles=4, seed=0):
         done += tokens[accepted].tolist()
 
 
+@pytest.mark.parametrize("prefill", ["stock", "exact"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_tiny_tree_forwards_equal_their_one_token_replays(dtype):
+def test_tiny_tree_forwards_equal_their_one_token_replays(dtype, prefill):
     target = tiny_target("llama", seed=0, dtype=dtype, vocab_size=96, hidden_size=64,
                          intermediate_size=1536, num_hidden_layers=2)
     record = make_exact(target)
     if not record.exact:
         pytest.skip(record.why)
+    target.runtime.prefill = prefill
     assert_tree_cycles_equal_replays(target)
     restore(target)
     assert target.model.config._attn_implementation == "sdpa" and target.exact is None
+
+
+def test_a_stock_prefill_caches_the_stock_forwards_bits_and_only_the_prefill_is_stock():
+    """`Runtime.prefill` "stock": a prefill of an empty cache is the stock forward's, bit for bit
+    (logits and every cached key and value), exact mode's edits back in place after it; the next
+    forward over that cache is the exact one, and "exact" prefills as a one-token chain would."""
+    size = dict(seed=0, dtype="bf16", vocab_size=96, hidden_size=64, intermediate_size=1536,
+                num_hidden_layers=2)
+    target, stock = tiny_target("llama", **size), tiny_target("llama", **size)
+    record = make_exact(target)
+    if not record.exact:
+        pytest.skip(record.why)
+    prompt = torch.randint(0, 96, (150,), generator=torch.Generator().manual_seed(1)).tolist()
+    mine, theirs = target.new_cache(), stock.new_cache()
+    assert target.runtime.prefill == "stock"
+    assert torch.equal(target.forward(prompt, mine).logits, stock.forward(prompt, theirs).logits)
+    for a, b in zip(mine.layers, theirs.layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    assert target.model.config._attn_implementation == ATTENTION    # the edits are back
+    step = target.forward([5], mine).logits
+    with stock_forward(target):
+        again = target.new_cache()
+        target.forward(prompt, again)
+    assert torch.equal(target.forward([5], again).logits, step)      # exact after, either way
+    target.runtime.prefill = "exact"
+    exact_cache = target.new_cache()
+    exact_logits = target.forward(prompt, exact_cache).logits
+    crop_cache(exact_cache, len(prompt) - 3)
+    replays = replay_path(target, exact_cache, prompt[-3:])
+    assert all(torch.equal(a, b) for a, b in zip(replays, exact_logits[-3:]))
 
 
 @pytest.mark.parametrize("way", [BLOCKS, GROUPED, ALONE])

@@ -125,6 +125,12 @@ def add_decode_target_args(p):
                         "(default): on in bf16/fp16, off in fp32; off: the stock forward, equal to "
                         "vanilla only up to near-ties in bf16, and faster (profile-target "
                         "--compare-exact)")
+    p.add_argument("--prefill", default="stock", choices=["stock", "exact"],
+                   help="in exact mode, how the prompt is prefilled: stock (default: the stock "
+                        "forward, shared by vanilla and EAGLE, so both hold the same cache) or "
+                        "exact (row invariant like every later forward: slower, and Hugging Face's "
+                        "prompt lookup, which prefills the prompt with its candidates, then keeps "
+                        "vanilla's text too)")
 
 
 def add_head_args(p):
@@ -190,8 +196,10 @@ def load(args):
     if getattr(args, "exact", None) is not None:   # only the decoding commands have --exact
         from eagle_mini.runtime.exact import use_exact
         record = use_exact(target, args.exact)
+        target.runtime.prefill = getattr(args, "prefill", "stock")
         if record is not None:
-            print(record.line(), file=sys.stderr)
+            prefill = "" if not record.exact else f"; prefill: {target.runtime.prefill}"
+            print(record.line() + prefill, file=sys.stderr)
     return target
 
 

@@ -87,6 +87,7 @@ def stock_forward(target):
 
 
 def exact_of(target) -> dict | None:
-    """What a results file records of the target's exact mode: the record, or None when off."""
+    """What a results file records of the target's exact mode: the record and how it prefills
+    (`target.Runtime.prefill`), or None when off."""
     record = target.runtime.exact
-    return None if record is None else asdict(record)
+    return None if record is None else {**asdict(record), "prefill": target.runtime.prefill}
