@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from torch import nn
 
 from eagle_mini import tiny_target
 from eagle_mini.heads.eagle1 import new_head
@@ -15,6 +16,8 @@ from eagle_mini.heads.eagle3 import Eagle3Head
 from eagle_mini.runtime.exact import (ATTENTION, GROUPED, ExactLinear, ExactRecord, FixedKLinear,
                                       apply, restore, stock_forward, use_exact)
 from eagle_mini.runtime.kernels import use_kernels
+from eagle_mini.runtime.packed import available, pack_linears, packed_kind
+from eagle_mini.runtime.run import pick_head
 from eagle_mini.runtime.state import ModelEdits
 from eagle_mini.tree import from_choices
 
@@ -98,6 +101,28 @@ def test_the_stock_forward_for_a_while_rebuilds_nothing():
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)
     assert target.runtime.is_exact and target.model.config._attn_implementation == ATTENTION
     assert head._shared["lm_head_module"] is target.model.lm_head
+
+
+@pytest.mark.skipif(not available(torch.float32, "onednn"), reason="no oneDNN packing here")
+def test_a_head_drafting_for_an_exact_packed_target_is_packed_as_the_target_is():
+    """Exact mode stands its own modules in for the target's linears, the packed ones inside them:
+    the kernels are still the target's, and `pick_head` lays the head's linears out the same way,
+    a draft vocabulary's frozen output rows included (the regression: an exact target read as
+    unpacked, so its head drafted on the stock kernels)."""
+    target = fresh("fp32")
+    pack_linears(target.model, "onednn")
+    head = new_head(target, draft_vocab=list(range(0, 96, 2)))
+    every = {f"{m.in_features}x{m.out_features}": m.in_features // 2
+             for m in target.model.modules() if isinstance(m, nn.Linear)}
+    apply(target, every, GROUPED)           # every linear stood in for: none is left in the tree
+    assert not any(isinstance(m, nn.Linear) for m in target.model.modules())
+    assert packed_kind(target.model) == "onednn"
+    (frozen,) = head.frozen_linears()
+    assert frozen.weight.data_ptr() == head.draft_weight().data_ptr()   # no copy
+    pick_head("eagle2", head, pack_like=target)
+    assert packed_kind(head) == "onednn" and packed_kind(frozen) == "onednn"
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(head.draft_logits(x), x @ head.draft_weight().T)
 
 
 @pytest.mark.parametrize("make", ["exact", "packed"])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.results import results_json
@@ -69,6 +70,14 @@ def move_keeping_rope_fp32(head, device, dtype):
     head = head.to(device=device, dtype=dtype)
     head.rotary = type(head.rotary)(head.rotary.config).to(device)
     return head
+
+
+def frozen_linear(weight: torch.Tensor) -> nn.Linear:
+    """A bias-free linear computing `x @ weight.T` on `weight` itself (no copy), frozen, and outside
+    any head's module tree: never trained, saved or moved with the head."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    linear.weight = nn.Parameter(weight.detach(), requires_grad=False)
+    return linear
 
 
 def layer_positions_and_mask(x, cache=None, positions=None, tree_mask=None):

@@ -23,7 +23,7 @@ from transformers import AutoConfig
 
 from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads.base import (architecture_config, check_compatible, decoder_classes,
-                                    layer_config, layer_positions_and_mask, load_weights, move_keeping_rope_fp32, read_head_dir,
+                                    frozen_linear, layer_config, layer_positions_and_mask, load_weights, move_keeping_rope_fp32, read_head_dir,
                                     save_head_dir)
 
 INPUT_MODES = ("feature+token", "feature", "token")
@@ -61,10 +61,13 @@ class DraftHead(nn.Module):
         check_compatible(self, target)
         weight = target.model.lm_head.weight.detach()  # frozen: never part of the head's graph
         full = self.draft_to_target.numel() == weight.shape[0]
+        rows = weight if full else weight[self.draft_to_target.to(weight.device)]
         self._shared = {"embed": target.model.model.embed_tokens, "target_lm_head": weight,
-                        "lm_head": weight if full else weight[self.draft_to_target.to(weight.device)],
-                        # the full vocabulary: the target's own module, with its kernels (packed.py)
-                        "lm_head_module": target.model.lm_head if full else None}
+                        "lm_head": rows,
+                        # the full vocabulary: the target's own module, with its kernels (packed.py);
+                        # a draft vocabulary: a frozen linear on its rows, packed with the head's
+                        # linears (`frozen_linears`, `runtime.run.pick_head`)
+                        "lm_head_module": target.model.lm_head if full else frozen_linear(rows)}
         return move_keeping_rope_fp32(self, weight.device, weight.dtype)
 
     @property
@@ -83,9 +86,14 @@ class DraftHead(nn.Module):
         """predicted features [n, H] -> draft logits [n, draft_vocab] (map ids with draft_to_target).
         In the lm_head's dtype: an fp32 head in training on a bf16 target casts its output, not
         the target's vocabulary-sized weight."""
-        lm, module = self._shared["lm_head"], self._shared.get("lm_head_module")
-        x = self.draft_input(predicted)
-        return module(x) if module is not None else x @ lm.T
+        return self._shared["lm_head_module"](self.draft_input(predicted))
+
+    def frozen_linears(self) -> list:
+        """The linears the head runs but neither owns nor saves (its draft vocabulary's rows of the
+        target's lm_head), for a runtime to lay out as it lays out the head's own."""
+        module = self._shared.get("lm_head_module")
+        return [] if module is None or self.draft_to_target.numel() == self.target_config.vocab_size \
+            else [module]
 
     def draft_input(self, predicted: torch.Tensor) -> torch.Tensor:
         """What the output rows (`draft_weight`) multiply: the predicted features, in their dtype."""

@@ -198,6 +198,10 @@ class Eagle3Head(nn.Module):
         """The target's embedding of `tokens`, frozen (no gradient flows into the target)."""
         return self._shared["embed"](tokens).detach()
 
+    def frozen_linears(self) -> list:
+        """None: the head's lm_head is its own (`DraftHead.frozen_linears`)."""
+        return []
+
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """The layer's pre-norm outputs [n, H] -> draft logits [n, draft_vocab]."""
         return self.lm_head(self.draft_input(predicted))

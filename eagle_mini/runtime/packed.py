@@ -112,7 +112,11 @@ def unpack_linears(model: nn.Module) -> None:
 
 
 def _routed(model: nn.Module) -> list[nn.Linear]:
-    return [m for m in model.modules() if isinstance(m, nn.Linear) and "_pack_kind" in m.__dict__]
+    """The routed linears of `model`, those a module stands in for included: exact mode's linears
+    (`exact/linears.py`) hold the linear they call in `replaced`, outside the module tree."""
+    linears = [inner for m in model.modules()
+               for inner in ((m,) if isinstance(m, nn.Linear) else getattr(m, "replaced", ()))]
+    return [m for m in linears if isinstance(m, nn.Linear) and "_pack_kind" in m.__dict__]
 
 
 @contextmanager

@@ -32,8 +32,8 @@ def pick_head(name: str, heads, pack_like=None):
     """The head method `name` drafts with. `heads` is one head, or {"eagle1": head, "eagle3": head}
     when a run compares both kinds (the row's head kind picks). A row that names the EAGLE-3 kind
     needs an EAGLE-3 head; the other EAGLE rows draft with whichever head they are given. Given a
-    target as `pack_like`, the head's linears are packed as that target's are (`packed.py`):
-    drafting is forwards too."""
+    target as `pack_like`, the head's linears, its frozen ones too (a draft vocabulary's output
+    rows), are packed as that target's are (`packed.py`): drafting is forwards too."""
     want = method(name).head
     if isinstance(heads, dict):
         heads = heads.get(want) or next(iter(heads.values()))
@@ -43,7 +43,8 @@ def pick_head(name: str, heads, pack_like=None):
                              "or pass --head DIR)")
     kind = None if pack_like is None else packed_kind(pack_like.model)
     if kind:
-        pack_linears(heads, kind)
+        for module in (heads, *heads.frozen_linears()):
+            pack_linears(module, kind)
     return heads
 
 
