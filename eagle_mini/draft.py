@@ -235,10 +235,11 @@ class Drafter(TreeDrafter):
             logp = self.head.draft_logits(torch.stack([feature[f] for f in frontier])).float()
             logp = logp.log_softmax(-1)
             top = logp.topk(cfg.topk, dim=-1)
+            values, tokens = top.values.tolist(), self._to_target(top.indices).tolist()  # one read
             new = []
             for row, f in enumerate(frontier):
-                for lp, idx in zip(top.values[row].tolist(), top.indices[row]):
-                    c = cands.add(f, int(self._to_target(idx)), cands.value[f] + lp, math.exp(lp))
+                for lp, token in zip(values[row], tokens[row]):
+                    c = cands.add(f, token, cands.value[f] + lp, math.exp(lp))
                     ancestors.append(ancestors[f] | {c})
                     new.append(c)
             # the next frontier: the top-k of this step's candidates by path value

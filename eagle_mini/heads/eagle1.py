@@ -25,6 +25,7 @@ from eagle_mini.errors import EagleMiniError
 from eagle_mini.heads.base import (architecture_config, check_compatible, decoder_classes,
                                     frozen_linear, layer_config, layer_positions_and_mask, load_weights, move_keeping_rope_fp32, read_head_dir,
                                     save_head_dir)
+from eagle_mini.heads.lean import LeanStep, supports
 
 INPUT_MODES = ("feature+token", "feature", "token")
 KIND = "eagle1"
@@ -54,6 +55,7 @@ class DraftHead(nn.Module):
         d2t = torch.arange(vocab) if draft_vocab is None else torch.as_tensor(draft_vocab).long()
         self.register_buffer("draft_to_target", d2t, persistent=False)
         self._shared = {}  # the target's embedding and lm_head: shared, frozen, never saved
+        self.use_lean = True   # decode with `lean_step` where it applies
 
     # --- wiring ---------------------------------------------------------------------------
     def attach(self, target) -> "DraftHead":
@@ -90,10 +92,26 @@ class DraftHead(nn.Module):
 
     def frozen_linears(self) -> list:
         """The linears the head runs but neither owns nor saves (its draft vocabulary's rows of the
-        target's lm_head), for a runtime to lay out as it lays out the head's own."""
+        target's lm_head, the lean step's fused copies), for a runtime to lay out as it lays out the
+        head's own."""
         module = self._shared.get("lm_head_module")
-        return [] if module is None or self.draft_to_target.numel() == self.target_config.vocab_size \
-            else [module]
+        own = module is not None and self.draft_to_target.numel() < self.target_config.vocab_size
+        lean = self.lean_step()
+        return ([module] if own else []) + ([] if lean is None else lean.linears())
+
+    def lean_step(self):
+        """The decoding step of the head's layer in fewer ops (`heads/lean.py`), or None where
+        the layer is not one it computes or `use_lean` is off (the Hugging Face forward runs)."""
+        if not self.use_lean:
+            return None
+        if "_lean" not in self.__dict__:
+            layer = self.layers[0]
+            self.__dict__["_lean"] = (LeanStep(layer, self.rotary)
+                                      if supports(layer, self.rotary, self.layer_config) else None)
+        lean = self.__dict__["_lean"]
+        if lean is not None and lean.rotary is not self.rotary:   # a move replaces the rotary
+            lean.rotary, lean.cos, lean.sin = self.rotary, None, None
+        return lean
 
     def draft_input(self, predicted: torch.Tensor) -> torch.Tensor:
         """What the output rows (`draft_weight`) multiply: the predicted features, in their dtype."""
@@ -120,6 +138,13 @@ class DraftHead(nn.Module):
         attention is causal over the n positions.
         """
         x = self.fuse(features, tokens)
+        lean = self.lean_step() if cache is not None and x.shape[0] == 1 else None
+        if lean is not None and not torch.is_grad_enabled():   # decoding: the same layer, fewer ops
+            n, past = x.shape[1], cache.get_seq_length()
+            positions = (torch.arange(past, past + n, device=x.device) if positions is None
+                         else torch.as_tensor(positions, device=x.device))
+            mask = None if tree_mask is None else torch.as_tensor(tree_mask, device=x.device).bool()
+            return lean(x, cache, positions, mask)
         positions, mask = layer_positions_and_mask(x, cache, positions, tree_mask)
         return self.layers[0](x, attention_mask=mask, position_ids=positions,
                               past_key_values=cache, use_cache=cache is not None,
