@@ -117,11 +117,16 @@ def test_the_demo_holds_eagle_to_the_fastest_vanilla_it_measured_and_names_it():
     tree = "chain:3"
     rows = {"vanilla": [fake_stats(10, 1.0)], STOCK_VANILLA: [fake_stats(10, 0.8)],
             "hf-compiled": [fake_stats(10, 0.5)],   # 20 tok/s: the fastest vanilla
-            "eagle2": [fake_stats(10, 0.4, [3, 3, 3], tree)]}
+            "eagle2": [fake_stats(10, 0.4, [3, 3, 3], tree)],
+            "eagle2+lookup": [fake_stats(10, 0.25, [4, 4, 2], tree)]}
     same = [[1, 2, 3]]
-    outputs = {"vanilla": same, STOCK_VANILLA: same, "hf-compiled": [[1, 2, 4]], "eagle2": same}
-    van, stock, compiled, eagle2 = demo_lines(rows, outputs, {"eagle2": tree}, curve,
-                                              {"hf-compiled": 41.6, STOCK_VANILLA: 0.2})
+    outputs = {"vanilla": same, STOCK_VANILLA: same, "hf-compiled": [[1, 2, 4]], "eagle2": same,
+               "eagle2+lookup": same}
+    van, stock, compiled, eagle2, hybrid = demo_lines(
+        rows, outputs, {"eagle2": tree, "eagle2+lookup": tree}, curve,
+        {"hf-compiled": 41.6, STOCK_VANILLA: 0.2})
+    assert hybrid.startswith("EAGLE-2+lookup : 10 tokens, 40.0 tok/s")
+    assert "over the fastest vanilla (hf-compiled) 2.00x" in hybrid
     assert "12.5 tok/s" in stock and "same text as vanilla: True" in stock and "compil" not in stock
     assert "20.0 tok/s" in compiled and "same text as vanilla: False" in compiled
     assert "first call, compiling, took 42 s, not timed" in compiled

@@ -198,7 +198,8 @@ def add_demo(sub):
 
 
 def cmd_demo(args):
-    """The same prompt with vanilla, EAGLE-2 and `auto`: equal texts, tau and the speedups over
+    """The same prompt with vanilla, EAGLE-2, EAGLE-2 with prompt lookup in its tree
+    (`eagle2+lookup`) and `auto`: equal texts, tau and the speedups over
     vanilla and over the fastest vanilla measured beside them (exact mode's stock forward, HF
     `generate` compiled), timed in rounds with the methods interleaved
     (`measure.bench.interleaved`), and where EAGLE is slower on this machine, why (from the cost
@@ -206,7 +207,7 @@ def cmd_demo(args):
     from eagle_mini.decode import prepare_prompt
     from eagle_mini.measure.bench import STOCK_VANILLA, interleaved, run_one, warm_up
     from eagle_mini.measure.load import LoadWatch, warn
-    from eagle_mini.methods import AUTO, EAGLE2, HF_COMPILED, VANILLA
+    from eagle_mini.methods import AUTO, EAGLE2, EAGLE2_LOOKUP, HF_COMPILED, VANILLA
     from eagle_mini.runtime.auto import auto_tree
     from eagle_mini.runtime.cost import cost_curve
     from eagle_mini.runtime.run import method_tree, run_method, static_cache_len
@@ -222,6 +223,7 @@ def cmd_demo(args):
     run_method(target, head, EAGLE2, "Hi!", 8)  # warm-up: first calls pay one-off costs
     curve = cost_curve(target, repeats=3, progress=False)
     trees = {EAGLE2: method_tree(target, head, EAGLE2, tree),
+             EAGLE2_LOOKUP: method_tree(target, head, EAGLE2_LOOKUP, tree),
              AUTO: auto_tree(target, head, curve=curve)}  # sized once per machine and head, cached
     run_method(target, head, AUTO, "Hi!", 8, tree=trees[AUTO])
     # the answer as it is written: untimed, vanilla's warm-up
@@ -242,7 +244,7 @@ def cmd_demo(args):
         gen = run_method(target, head, method, prompt, args.max_new_tokens, tree=trees.get(method))
         return gen.output_ids, gen.stats
     watch = LoadWatch()
-    rows, outputs, _ = interleaved(run, (VANILLA,) + peers + (EAGLE2, AUTO),
+    rows, outputs, _ = interleaved(run, (VANILLA,) + peers + (EAGLE2, EAGLE2_LOOKUP, AUTO),
                                    [args.prompt] * args.rounds, progress=True, desc="demo rounds")
     for line in demo_lines(rows, outputs, trees, curve, first_call):
         print(line)
@@ -274,10 +276,11 @@ def demo_lines(rows, outputs, trees, curve, first_call=None) -> list[str]:
     over vanilla and over the fastest vanilla measured; then, for an EAGLE method slower than
     vanilla, why (`why_slower`, from `curve`). `trees`: the tree each EAGLE method ran."""
     from eagle_mini.measure.bench import STOCK_VANILLA, pooled
-    from eagle_mini.methods import AUTO, EAGLE2, HF_COMPILED, VANILLA, VANILLAS
+    from eagle_mini.methods import AUTO, EAGLE2, EAGLE2_LOOKUP, HF_COMPILED, VANILLA, VANILLAS
     from eagle_mini.runtime.auto import tree_tokens, why_slower
     labels = {VANILLA: "vanilla greedy ", STOCK_VANILLA: "stock vanilla  ",
-              HF_COMPILED: "HF compiled    ", EAGLE2: "EAGLE-2 greedy ", AUTO: "auto (EAGLE-2) "}
+              HF_COMPILED: "HF compiled    ", EAGLE2: "EAGLE-2 greedy ",
+              EAGLE2_LOOKUP: "EAGLE-2+lookup ", AUTO: "auto (EAGLE-2) "}
     van, rounds = pooled(rows[VANILLA]), len(rows[VANILLA])
     lines = [f"{labels[VANILLA]}: {van['new_tokens'] // rounds} tokens, "
              f"{van['tokens_per_second']:.1f} tok/s, 1 token per target forward (tok/s: "
