@@ -49,7 +49,8 @@ class Fused(nn.Module):
     """Linears sharing one input as one product: their weights (and biases) concatenated. A copy,
     kept in step with the linears: refreshed in place when any of them changed, so a packed copy
     of it (`runtime/packed.py`) repacks too. The two copies hold about two thirds of the layer's
-    weights, made at the first decoding step, not at load (`use_lean = False`: keeps the layer alone)."""
+    weights, made at the first decoding step, not at load; a head with `use_lean = False` makes
+    none."""
 
     def __init__(self, linears):
         super().__init__()
