@@ -103,8 +103,8 @@ def test_environment_yml_matches_pyproject():
 
 
 def test_demo_runs_in_the_fastest_exact_precision_and_reproduces_vanilla():
-    """`make demo`'s command: it says which dtype it picked and why, and both EAGLE lines report
-    vanilla's text (bf16 only in exact mode, else fp32)."""
+    """`make demo`'s command: it says which dtype it picked and why, and its three EAGLE lines
+    (EAGLE-2, eagle2+lookup, auto) report vanilla's text (bf16 only in exact mode, else fp32)."""
     out = run("demo", "--max-new-tokens", "12")
     assert out.returncode == 0, out.stderr
     assert re.search(r"^dtype:  bf16 matmuls run at .* using (bf16|fp32)$", out.stdout, re.M)
@@ -113,4 +113,4 @@ def test_demo_runs_in_the_fastest_exact_precision_and_reproduces_vanilla():
     else:
         assert "(float32, cpu)" in out.stdout
     lines = [line for line in out.stdout.splitlines() if "tokens per draft-verify cycle" in line]
-    assert len(lines) == 2 and all("identical text: True" in line for line in lines)
+    assert len(lines) == 3 and all("identical text: True" in line for line in lines)

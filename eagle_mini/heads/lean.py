@@ -3,7 +3,7 @@ overhead, not arithmetic.
 
 EAGLE's head is one decoder layer of the target's type (EAGLE §3.1), and a cycle runs it about
 `depth` times on a handful of rows (EAGLE-2 §4). On a 2-core CPU each run is bound by the number of
-small ops, not by its 8 MiB of weights: Hugging Face's layer computes the rotary angles from the
+small ops, not by reading its weights: Hugging Face's layer computes the rotary angles from the
 positions every call, builds an additive mask, repeats the key/value heads for grouped-query
 attention, and runs q, k, v, gate and up as five products. This step computes the same function
 with fewer, larger ops:
