@@ -87,7 +87,8 @@ METHODS = (
            "the same size, ranked by one value: the head's confidence, the lookup's measured "
            "acceptance (`hybrid.py`)", tree=str(DynamicTree()), head="eagle1",
            drafter=HybridDrafter),
-    Method(AUTO, "draft-verify", "EAGLE-2 with the tree size measured for this machine's cost curve",
+    Method(AUTO, "draft-verify", "EAGLE-2's tree sized for this machine's cost curve, drafted by "
+           "the head alone or with prompt lookup (`eagle2+lookup`), whichever is predicted faster",
            tree=MEASURED, head="eagle1", drafter=Drafter),
     Method(EAGLE3, "draft-verify", "EAGLE-2's dynamic tree drafted by an EAGLE-3 head (EAGLE-3 §3)",
            tree=str(DynamicTree()), head="eagle3", drafter=Drafter),

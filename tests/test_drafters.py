@@ -231,3 +231,28 @@ def test_eagle2_with_lookup_saves_forwards_where_the_text_repeats(target):
 def test_the_hybrid_takes_only_a_dynamic_tree():
     with pytest.raises(EagleMiniError, match="dynamic tree"):
         HybridDrafter(None, "chain:3")
+
+
+def test_auto_chooses_its_drafter_as_it_sizes_its_tree(target, monkeypatch):
+    """`auto` calibrates every size with the head alone and with lookup grafted in, and keeps the
+    pair predicted fastest; a run of `auto` then drafts with that pair's drafter. The prediction
+    is planted (the hybrid at 6 nodes wins) so that the choice, not the machine, is tested."""
+    import eagle_mini.runtime.auto as auto
+    from eagle_mini.runtime.auto import AUTO_DRAFTERS, AUTO_SIZES, AutoChoice, choose_auto_tree
+    head = new_head(target, seed=1)
+    tried = []
+
+    def planted(stats, curve, size):
+        tried.append(size)
+        return 2.0 if len(tried) == 2 * AUTO_SIZES.index(6) + 2 else 1.0   # (6, hybrid)
+    monkeypatch.setattr(auto, "predict", planted)
+    choice, scores = choose_auto_tree(target, head, curve=None, prompts=[PROMPTS[2]],
+                                      max_new_tokens=8)
+    assert choice == AutoChoice(EAGLE2_LOOKUP, DynamicTree(6, 5, 4))
+    assert [s for s, _ in scores][:2] == ["dynamic:3,2,2", "eagle2+lookup dynamic:3,2,2"]
+    assert len(scores) == len(AUTO_SIZES) * len(AUTO_DRAFTERS)
+    built = []
+    monkeypatch.setattr(HybridDrafter, "build", classmethod(
+        lambda cls, head, tree, sampling: built.append(tree) or cls(head, tree)))
+    gen = run_method(target, head, "auto", PROMPTS[2], 20, tree=choice)
+    assert built == [choice.tree] and gen.output_ids == generate_vanilla(target, PROMPTS[2], 20).output_ids

@@ -280,7 +280,7 @@ def demo_lines(rows, outputs, trees, curve, first_call=None) -> list[str]:
     from eagle_mini.runtime.auto import tree_tokens, why_slower
     labels = {VANILLA: "vanilla greedy ", STOCK_VANILLA: "stock vanilla  ",
               HF_COMPILED: "HF compiled    ", EAGLE2: "EAGLE-2 greedy ",
-              EAGLE2_LOOKUP: "EAGLE-2+lookup ", AUTO: "auto (EAGLE-2) "}
+              EAGLE2_LOOKUP: "EAGLE-2+lookup ", AUTO: "auto           "}
     van, rounds = pooled(rows[VANILLA]), len(rows[VANILLA])
     lines = [f"{labels[VANILLA]}: {van['new_tokens'] // rounds} tokens, "
              f"{van['tokens_per_second']:.1f} tok/s, 1 token per target forward (tok/s: "

@@ -1,38 +1,65 @@
-"""`--method auto`: size the draft tree for the machine at hand (EAGLE-2 §4, automatic mode).
+"""`--method auto`: size the draft tree for the machine at hand (EAGLE-2 §4, automatic mode), and
+choose who fills it: the head alone (`eagle2`) or the head with prompt lookup's chain grafted in
+(`eagle2+lookup`, `hybrid.py`).
 
 A bigger tree raises the tokens accepted per cycle L but costs more to verify. On a GPU at batch 1
 verifying 60 tokens costs about as much as 1; on a small CPU the cost c(n) grows early (see
-`profile-target`), so the best tree is much smaller. For each candidate size we measure L and the
-draft time on calibration prompts and read the verification cost off the measured curve:
+`profile-target`), so the best tree is much smaller. For each candidate size and drafter we measure
+L and the draft time on calibration prompts and read the verification cost off the measured curve:
 
     predicted speedup = L / (c(N)/c(1) + draft time per cycle / c(1))
 
-and keep the best. The choice is cached per target, head, device, CPU model, kernels (stock or packed, see
-`packed.py`) and thread count: each changes the curve.
+and keep the best (`AutoChoice`). The choice is cached per target, head, device, CPU model, kernels
+(stock or packed, see `packed.py`) and thread count: each changes the curve.
 """
 import hashlib
+from dataclasses import dataclass
 
 from eagle_mini.data import mtbench_prompts
 from eagle_mini.decode import generate
-from eagle_mini.methods import resolve_tree
+from eagle_mini.methods import EAGLE2, EAGLE2_LOOKUP, method, resolve_tree
+from eagle_mini.sampling import SamplingConfig
 from eagle_mini.runtime.cost import cost_curve
 from eagle_mini.runtime.machine_cache import cached_finding, machine_key
 from eagle_mini.runtime.packed import packed_kind
 from eagle_mini.tree import DynamicTree
 
 
+# the drafters `auto` chooses between, each filling EAGLE-2's dynamic tree
+AUTO_DRAFTERS = (EAGLE2, EAGLE2_LOOKUP)
+AUTO_SIZES = (3, 4, 6, 8, 12, 16, 24)
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """What `auto` decodes with: the drafter of the method `drafter` (one of `AUTO_DRAFTERS`)
+    over `tree`. Written as the tree, after the method's name when it is not plain EAGLE-2."""
+    drafter: str
+    tree: DynamicTree
+
+    def __str__(self) -> str:
+        return str(self.tree) if self.drafter == EAGLE2 else f"{self.drafter} {self.tree}"
+
+    def build(self, head):
+        """The drafter, greedy or sampled alike (both fill a tree of fixed children)."""
+        return method(self.drafter).drafter.build(head, self.tree, SamplingConfig())
+
+
 def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):
-    """EAGLE-2's automatic mode for this machine: predicted speedup per candidate tree size, best one.
+    """EAGLE-2's automatic mode for this machine: predicted speedup per candidate tree size and
+    drafter (`AUTO_DRAFTERS`), the best one as an `AutoChoice`, and every score.
 
     Each candidate is run on the calibration prompts; its tokens per cycle and draft time are
     measured, its verification cost read off this machine's cost curve.
     """
-    candidates = [DynamicTree(n, min(n - 1, 6), min(n - 1, 4)) for n in (3, 4, 6, 8, 12, 16, 24)]
+    candidates = [AutoChoice(d, DynamicTree(n, min(n - 1, 6), min(n - 1, 4)))
+                  for n in AUTO_SIZES for d in AUTO_DRAFTERS]
     scored = []
-    for tree in candidates:
-        stats = [generate(target, head, p, max_new_tokens, tree=tree).stats for p in prompts]
-        scored.append((predict(stats, curve, tree.total_tokens), tree))
-    return max(scored, key=lambda s: s[0])[1], [(str(t), round(s, 3)) for s, t in scored]
+    for choice in candidates:
+        stats = [generate(target, head, p, max_new_tokens, tree=choice.tree,
+                          drafter=choice.build(head)).stats for p in prompts]
+        scored.append((predict(stats, curve, choice.tree.total_tokens), choice))
+    return max(scored, key=lambda s: s[0])[1], [(str(c), round(s, 3)) for s, c in scored]
 
 
 def relative_cost(curve, n: float) -> float:
@@ -57,8 +84,9 @@ def predict(stats_list, curve, tree_size) -> float:
     return per_cycle / (relative_cost(curve, tree_size) + draft / t1)
 
 
-def auto_tree(target, head, curve=None, prompts=None):
-    """The cached best `DynamicTree` for (target, head, device); measured once if missing."""
+def auto_tree(target, head, curve=None, prompts=None) -> AutoChoice:
+    """The cached best `AutoChoice` (drafter and tree) for (target, head, device); measured once
+    if missing."""
     digest = hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes()[:4096]
                                      for p in head.parameters())).hexdigest()[:12]
     kernels = packed_kind(target.model) or "stock"
@@ -69,21 +97,26 @@ def auto_tree(target, head, curve=None, prompts=None):
         kernels += "-exact-" + hashlib.sha1(fixes.encode()).hexdigest()[:8]
 
     def measure():
-        tree, scores = choose_auto_tree(target, head, curve or cost_curve(target, repeats=3),
-                                        prompts or mtbench_prompts()[-2:])
+        choice, scores = choose_auto_tree(target, head, curve or cost_curve(target, repeats=3),
+                                          prompts or mtbench_prompts()[-2:])
+        tree = choice.tree
         return {"tree": {"total_tokens": tree.total_tokens, "depth": tree.depth,
-                         "topk": tree.topk}, "scores": scores}
-    finding, _ = cached_finding("auto_tree", machine_key(target, kernels, digest), measure)
-    return DynamicTree(**finding["tree"])
+                         "topk": tree.topk}, "drafter": choice.drafter, "scores": scores}
+    # "drafters": a finding from before `auto` chose its drafter is measured again
+    key = machine_key(target, kernels, f"{digest}-drafters")
+    finding, _ = cached_finding("auto_tree", key, measure)
+    return AutoChoice(finding.get("drafter", EAGLE2), DynamicTree(**finding["tree"]))
 
 
 def tree_tokens(tree) -> int:
     """Tokens one verification forward carries for `tree`, the root included: a method name
-    ("eagle2", "eagle", ...), a tree spec, a `DynamicTree` or a static tree.
+    ("eagle2", "eagle", ...), a tree spec, a `DynamicTree`, a static tree or an `AutoChoice`.
 
         >>> tree_tokens("eagle2"), tree_tokens("chain:4")
         (16, 5)
     """
+    if isinstance(tree, AutoChoice):
+        tree = tree.tree
     tree = resolve_tree(tree)
     return tree.total_tokens if isinstance(tree, DynamicTree) else tree.num_nodes
 

@@ -23,7 +23,7 @@ from eagle_mini.heads import head_kind
 from eagle_mini.heads.eagle3 import KIND as EAGLE3_KIND
 from eagle_mini.methods import DRAFTING, MEASURED, method, resolve_tree
 from eagle_mini.sampling import SamplingConfig
-from eagle_mini.runtime.auto import auto_tree
+from eagle_mini.runtime.auto import AutoChoice, auto_tree
 from eagle_mini.runtime.exact import stock_forward
 from eagle_mini.runtime.packed import pack_linears, packed_kind, stock_kernels
 
@@ -50,7 +50,8 @@ def pick_head(name: str, heads, pack_like=None):
 
 def method_tree(target, head, name: str, tree=None):
     """The tree method `name` decodes with: `tree` (a method name or a spec, `resolve_tree`) when
-    given, the measured one for a method whose tree is measured ("auto"), else the table's."""
+    given, the measured choice for a method whose tree is measured ("auto": an `AutoChoice`, its
+    drafter and tree), else the table's."""
     row = method(name)
     if not row.drafts:
         raise EagleMiniError(f"{name!r} drafts no tree; methods that draft: {', '.join(DRAFTING)}")
@@ -74,9 +75,12 @@ def _plain(target, head, row, prompt, max_new_tokens, tree, options, **kw) -> Ge
 def _draft_verify(target, head, row, prompt, max_new_tokens, tree, options, **kw) -> Generation:
     _no_options(row, options)
     head = pick_head(row.name, head, pack_like=target) if row.is_eagle else None
-    shape = method_tree(target, head, row.name, tree)
+    shape = tree if isinstance(tree, AutoChoice) else method_tree(target, head, row.name, tree)
+    build = row.drafter.build
+    if isinstance(shape, AutoChoice):   # `auto`'s measured drafter and tree
+        build, shape = method(shape.drafter).drafter.build, shape.tree
     sampling = SamplingConfig(kw.get("temperature", 0.0), kw.get("top_p", 1.0), kw.get("top_k", 0))
-    drafter = row.drafter.build(head, shape, sampling)
+    drafter = build(head, shape, sampling)
     return generate(target, head, prompt, max_new_tokens, tree=shape, drafter=drafter, **kw)
 
 
