@@ -87,6 +87,11 @@ NOTEBOOK_TOPICS = {
     "05_verification": "greedy and lossless sampling on trees, KV-cache compaction on real "
                        "tensors, a cycle-by-cycle generation stepper (T = 0 and T > 0 draws), "
                        "the distribution test live",
+    "05b_eagle_in_one_page": "the whole EAGLE loop written from torch, the Hugging Face model and "
+                             "the head's weights: head step, chain and tree drafts with their "
+                             "masks, greedy verification and the bonus token, cache bookkeeping, "
+                             "each checked; equal to vanilla, timed beside it, read against the "
+                             "package",
     "06_speedups": "the lossless speedup of one bench run (bf16, exact mode) on its own cost "
                    "curve, the bound tau / (c(N)/c(1) + draft) and each method's break-even, "
                    "prompt lookup beside EAGLE, a speedup explorer, a live bench; optional: the "
