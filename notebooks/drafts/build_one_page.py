@@ -552,8 +552,8 @@ for ids in prompts:
 ''')
 
 md('''
-**Try it.** Change `SMALL_TREE` (a wider first level, a deeper chain) and rerun Step 7: tau moves,
-the tokens do not. Then break something on purpose (drop `keep`, or give every node the same
+**Try it.** Change `SMALL_TREE` in Step 3 (a wider first level, a deeper chain) and run the
+notebook again from there: tau moves, the tokens do not. Then break something on purpose (drop `keep`, or give every node the same
 position) and watch which check catches it.
 ''')
 
