@@ -17,14 +17,16 @@ SIDE_BY_SIDE = "## What the package adds"     # after it the package is read, no
 ALLOWED = {"eagle_mini": set(), "eagle_mini.course": {"pick", "scale"},
            "eagle_mini.heads": {"load_head"}}
 LOOP = ("Head", "draft_topk", "additive_mask", "causal", "target_forward", "vanilla_generate",
-        "Tree", "prefill", "draft_tree", "verify", "keep", "eagle_generate")
+        "Tree", "crop", "prefill", "draft_tree", "verify", "keep", "eagle_generate")
 
 
 def loop_cells():
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     end = next(i for i, c in enumerate(cells)
-               if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(SIDE_BY_SIDE))
-    return ["".join(c["source"]) for c in cells[:end] if c["cell_type"] == "code"], cells
+               if c["cell_type"] == "markdown" and SIDE_BY_SIDE in "".join(c["source"]))
+    # a graded cell's hidden tests are the grader's, not the loop's: they may call the package
+    return ["".join(c["source"]).partition("### BEGIN HIDDEN TESTS")[0] for c in cells[:end]
+            if c["cell_type"] == "code"], cells
 
 
 def imports(source):
