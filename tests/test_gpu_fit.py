@@ -36,6 +36,8 @@ def test_the_needs_are_the_formulas_from_the_config():
     assert v["eagle3 disk per token"] == 4 * v["eagle1 disk per token"] - 3 * 9
     one_layer = 4 * 4096 * 4096 + 3 * 4096 * 11008 + 4096   # attention, MLP, post-attention norm
     assert v["eagle1 head"] == 2 * (2 * 4096 * 4096 + 4096 + one_layer)   # fc with bias + a layer
+    # decoding, the lean step holds q/k/v as one copy and gate/up as another
+    assert v["eagle1 decoding copies"] == 2 * (3 * 4096 * 4096 + 2 * 4096 * 11008)
     q = gpu_fit.needs(gpu_fit.config_of("qwen2.5-1.5b-instruct"), "fp16", context=1024)
     assert q["params"] == 1_543_714_304 and q["weights"] == 2 * q["params"]
     assert q["kv cache"] == 2 * 28 * 2 * 128 * 2 * 1024

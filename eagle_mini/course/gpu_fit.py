@@ -8,7 +8,8 @@ has none; `torch.cuda.is_bf16_supported()` without `including_emulation=False` s
 
 The arithmetic is computed from the model's config, never measured here (`needs`): the weights;
 the KV cache of one conversation; the draft heads (built on the `meta` device from the same config,
-so their sizes are the package's own); a tree's activations (its logits in fp32 dominate); for
+so their sizes are the package's own), and the copies the EAGLE-1 head's lean decoding step makes
+of its layer's q/k/v and gate/up weights; a tree's activations (its logits in fp32 dominate); for
 training, a head's fp32 weights, gradients and AdamW's two moments, and a batch's logits with their
 gradient; the feature dump's disk per conversation (EAGLE-1 keeps the last layer's feature, H
 values per token; EAGLE-3 adds the three layers its head reads, 4H in all). The figures marked
@@ -131,13 +132,18 @@ def needs(config, dtype="bf16", context: int = 2048, nodes: int = TREE_NODES,
     draft_vocab = min(draft_vocab, vocab)
     with torch.device("meta"):
         params = _count(AutoModelForCausalLM.from_config(config))
-        heads = {"eagle1": _count(DraftHead(config)),
+        eagle1 = DraftHead(config)
+        heads = {"eagle1": _count(eagle1),
                  "eagle3": _count(Eagle3Head(config, draft_vocab=range(draft_vocab)))}
+        # what the EAGLE-1 head holds beside its weights while it decodes: the lean step's fused
+        # copies of q/k/v and gate/up (`heads/lean.py`), where its layer is one the step computes
+        copies = sum(_count(m) for m in eagle1.frozen_linears())
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * size
     logits = {"eagle1": vocab, "eagle3": draft_vocab}
     return {"params": params, "weights": params * size, "kv cache": kv * context,
             **{f"{k} head": n * size for k, n in heads.items()},
+            "eagle1 decoding copies": copies * size,
             "tree": nodes * (4 * vocab + (4 * config.hidden_size + 2 * config.intermediate_size) * size),
             **{f"{k} training": 16 * n + 2 * 4 * batch_tokens * logits[k] for k, n in heads.items()},
             "cuda context": CUDA_CONTEXT_GB * GB,
@@ -146,8 +152,8 @@ def needs(config, dtype="bf16", context: int = 2048, nodes: int = TREE_NODES,
 
 
 def plan(scale: CardScale, dtype: str | None = None) -> dict:
-    """A scale's needs in bytes: `gpu bench` (weights, a conversation's KV cache, both heads, the
-    tree, the context), `gpu training` (weights, the KV cache, the hungriest head's training),
+    """A scale's needs in bytes: `gpu bench` (weights, a conversation's KV cache, both heads and
+    the EAGLE-1 head's decoding copies, the tree, the context), `gpu training` (weights, the KV cache, the hungriest head's training),
     `host` (`HOST_BASE_GB` and one shard: the weights stream to the GPU, `models.load_model`) and
     `disk` (the feature dump of the scale's conversations for the heads it trains)."""
     dtype = dtype or ("fp16" if scale.name == "t4" else "bf16")
@@ -156,7 +162,8 @@ def plan(scale: CardScale, dtype: str | None = None) -> dict:
     dump = "eagle3" if "eagle3" in scale.kinds else "eagle1"
     per_conversation = FILL * scale.max_len * n[f"{dump} disk per token"]
     return {"dtype": dtype, "params": n["params"], "weights": n["weights"],
-            "gpu bench": base + n["eagle1 head"] + n["eagle3 head"] + n["tree"],
+            "gpu bench": (base + n["eagle1 head"] + n["eagle1 decoding copies"] + n["eagle3 head"]
+                          + n["tree"]),
             "gpu training": base + max(n[f"{k} training"] for k in scale.kinds),
             "host": HOST_BASE_GB * GB + min(SHARD_GB * GB, n["weights"]),
             "disk per conversation": per_conversation,
