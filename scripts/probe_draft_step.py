@@ -9,6 +9,7 @@ take the most self time. The unit is the median one-token forward of the same ta
 the same process.
 
     python scripts/probe_draft_step.py --n 4 --max-new-tokens 96
+    python scripts/probe_draft_step.py --n 4 --max-new-tokens 96 --compile   # the step compiled
 """
 import argparse
 import statistics
@@ -24,6 +25,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--draft-vocab", type=int, default=0)
     ap.add_argument("--top", type=int, default=20, help="ops to list")
+    ap.add_argument("--compile", action="store_true",
+                    help="the head's lean step compiled (torch.compile, dynamic shapes): drafting "
+                         "need not be exact, so this is a lever to measure, not a mode")
     args = ap.parse_args()
     from eagle_mini import load_target
     from eagle_mini.data import load_prompts
@@ -41,6 +45,9 @@ def main():
         from eagle_mini.training.commands import frequent_tokens
         head = narrowed(head, frequent_tokens(target, args.draft_vocab))
     head = pick_head("eagle2", head, pack_like=target)
+    if args.compile:
+        from eagle_mini.heads.lean import LeanStep
+        LeanStep.__call__ = torch.compile(LeanStep.__call__, dynamic=True)
     prompts = load_prompts("mtbench", args.n)
 
     draft_s, extend_s = [], []
