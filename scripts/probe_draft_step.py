@@ -44,7 +44,8 @@ def main():
         from eagle_mini.heads.frequent import narrowed
         from eagle_mini.training.commands import frequent_tokens
         head = narrowed(head, frequent_tokens(target, args.draft_vocab))
-    head = pick_head("eagle2", head, pack_like=target)
+    # compiled, the head runs unpacked: Inductor cannot lower the packed (oneDNN) linears
+    head = pick_head("eagle2", head, pack_like=None if args.compile else target)
     if args.compile:
         from eagle_mini.heads.lean import LeanStep
         LeanStep.__call__ = torch.compile(LeanStep.__call__, dynamic=True)
