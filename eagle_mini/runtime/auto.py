@@ -40,9 +40,9 @@ class AutoChoice:
     def __str__(self) -> str:
         return str(self.tree) if self.drafter == EAGLE2 else f"{self.drafter} {self.tree}"
 
-    def build(self, head):
-        """The drafter, greedy or sampled alike (both fill a tree of fixed children)."""
-        return method(self.drafter).drafter.build(head, self.tree, SamplingConfig())
+    def build(self, head, sampling=SamplingConfig()):
+        """The chosen method's drafter over the chosen tree."""
+        return method(self.drafter).drafter.build(head, self.tree, sampling)
 
 
 def choose_auto_tree(target, head, curve, prompts, max_new_tokens=32):

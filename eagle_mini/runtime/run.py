@@ -76,11 +76,11 @@ def _draft_verify(target, head, row, prompt, max_new_tokens, tree, options, **kw
     _no_options(row, options)
     head = pick_head(row.name, head, pack_like=target) if row.is_eagle else None
     shape = tree if isinstance(tree, AutoChoice) else method_tree(target, head, row.name, tree)
-    build = row.drafter.build
-    if isinstance(shape, AutoChoice):   # `auto`'s measured drafter and tree
-        build, shape = method(shape.drafter).drafter.build, shape.tree
     sampling = SamplingConfig(kw.get("temperature", 0.0), kw.get("top_p", 1.0), kw.get("top_k", 0))
-    drafter = build(head, shape, sampling)
+    if isinstance(shape, AutoChoice):   # `auto`'s measured drafter and tree
+        drafter, shape = shape.build(head, sampling), shape.tree
+    else:
+        drafter = row.drafter.build(head, shape, sampling)
     return generate(target, head, prompt, max_new_tokens, tree=shape, drafter=drafter, **kw)
 
 
