@@ -153,7 +153,8 @@ def needs(config, dtype="bf16", context: int = 2048, nodes: int = TREE_NODES,
 
 def plan(scale: CardScale, dtype: str | None = None) -> dict:
     """A scale's needs in bytes: `gpu bench` (weights, a conversation's KV cache, both heads and
-    the EAGLE-1 head's decoding copies, the tree, the context), `gpu training` (weights, the KV cache, the hungriest head's training),
+    the EAGLE-1 head's decoding copies, the tree, the context), `gpu training` (weights, the KV
+    cache, the hungriest head's training),
     `host` (`HOST_BASE_GB` and one shard: the weights stream to the GPU, `models.load_model`) and
     `disk` (the feature dump of the scale's conversations for the heads it trains)."""
     dtype = dtype or ("fp16" if scale.name == "t4" else "bf16")
