@@ -9,8 +9,10 @@ the target itself (the "bonus" token), so every cycle adds at least one token.
 * Sampling, EAGLE-1 (`SampledTreeRule`): children were *drawn from q without replacement*. Try them
   in draw order: accept x with probability min(1, p(x)/q(x)); on rejection the target distribution
   becomes the residual norm(max(0, p - q)) and x is removed from q. If every child is rejected the
-  next token is drawn from the residual. This is SpecInfer's multi-round speculative sampling; it
-  keeps the output distribution exactly p.
+  next token is drawn from the residual. The residual rounds are SpecInfer's multi-step speculative
+  sampling (arXiv 2305.09781), whose candidates are drawn independently so its q stays; removing x
+  from q is what draws without replacement need (recursive rejection sampling, Jeon et al., arXiv
+  2402.14160). Together they keep the output distribution exactly p.
 * Sampling, EAGLE-2 (`TopKTreeRule`): children are the deterministic top-k, i.e. q(x) = 1 for the
   tried token: accept with probability p(x); on rejection set p(x) = 0 and renormalize. (The p/q rule
   on deterministic children is biased, so each rule goes with its own kind of tree.)

@@ -20,7 +20,8 @@ def test_generate_json_contract():
     out = run("generate", "--prompt", "What is 2+2?", "--max-new-tokens", "8", "--json")
     assert out.returncode == 0, out.stderr
     obj = json.loads(out.stdout)
-    assert {"prompt_ids", "output_ids", "text", "stats"} <= set(obj)
+    assert {"prompt_ids", "output_ids", "text", "stats", "exact"} <= set(obj)
+    assert obj["exact"] is False   # fp32 (the default dtype): exact mode is off under --exact auto
     assert obj["stats"]["tau"] == 1.0 and obj["stats"]["new_tokens"] == len(obj["output_ids"])
     assert obj["stats"]["target_forwards"] == len(obj["output_ids"]) and obj["stats"]["seconds"] > 0
 

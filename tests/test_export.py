@@ -12,6 +12,7 @@ from eagle_mini import EagleMiniError, tiny_target
 from eagle_mini.heads import load_head
 from eagle_mini.heads.eagle3 import Eagle3Head, new_eagle3_head
 from eagle_mini.heads.formats import export_eagle3, load_eagle3
+from eagle_mini.runtime.packed import available, pack_linears
 from eagle_mini.training.chains import CHAIN_ATTENTION, chain_attention, unrolled_predictions
 
 
@@ -274,3 +275,23 @@ def test_a_reduced_vocabulary_head_is_refused_by_the_python_export_unless_asked(
         export_official(head, target, tmp_path / "refused")
     back = load_head(export_official(head, target, tmp_path / "e1", full_vocabulary=True), target)
     assert torch.equal(back.draft_to_target, head.draft_to_target)
+
+
+def test_an_fp32_export_is_bit_identical_run_with_the_same_kernels(tmp_path):
+    """An fp32 export holds the head's weights bit for bit, so the head loaded back gives the
+    head's draft logits exactly, when both run on the same kernels. Decoding lays a head's linears
+    out once for oneDNN (`run.pick_head`), which sums in another order than the stock kernels:
+    a packed head against an unpacked copy differs by float noise, not by a bug in export or
+    load (notebook 08 §6 compares them packed alike)."""
+    target = tiny_target("llama", seed=0, vocab_size=64, num_hidden_layers=4)
+    head = new_eagle3_head(target, seed=5)
+    back = load_head(export_eagle3(head, target, tmp_path / "e3", dtype=torch.float32), target)
+    assert all(torch.equal(v, back.state_dict()[k]) for k, v in head.state_dict().items())
+    x, t = inputs(head, n=9)
+    assert torch.equal(logits(back, x, t), logits(head, x, t))
+    if not available(torch.float32, "onednn"):
+        pytest.skip("this torch build packs no fp32 weights for oneDNN")
+    for h in (head, back):
+        for module in (h, *h.frozen_linears()):
+            pack_linears(module, "onednn")
+    assert torch.equal(logits(back, x, t), logits(head, x, t))

@@ -61,7 +61,8 @@ def cmd_generate(args):
     if args.json:
         stats = {k: v for k, v in gen.stats.items() if k != "confidence_accepted"}
         print(json.dumps({"prompt_ids": gen.prompt_ids, "output_ids": gen.output_ids,
-                          "text": gen.text, "stats": stats}))
+                          "text": gen.text, "stats": stats,
+                          "exact": bool(target.runtime.is_exact)}))
     else:
         print()
         s = gen.stats

@@ -257,6 +257,7 @@ def _generate_steps(step, root: Path, load: list, size: Sizes) -> dict:
     cli = [sys.executable, "-m", "eagle_mini"]
     prompts = evenly_spaced(mtbench_prompts(), size.gen_prompts)
     generations = {m: [] for m in ("prompt_ids", *METHODS)}
+    exact = {m: [] for m in METHODS}
     for i, prompt in enumerate(prompts):
         for m in METHODS:
             heads = [] if m == VANILLA else [
@@ -265,8 +266,11 @@ def _generate_steps(step, root: Path, load: list, size: Sizes) -> dict:
                                        *heads, "--max-new-tokens", size.gen_tokens, "--json"])
             gen = json.loads((root / "logs" / f"generate_{m}_{i}.out").read_text())
             generations[m].append(gen["output_ids"])
+            exact[m].append(gen.get("exact"))
         generations["prompt_ids"].append(gen["prompt_ids"])
     greedy = greedy_summary(generations)
+    for m in greedy:   # whether its tree forwards ran exact mode (bit-identical to one-token steps)
+        greedy[m]["exact"] = all(exact[m])
     if any(g["identical_prompts"] < g["prompts"] for g in greedy.values()):
         (root / "generations.json").write_text(json.dumps(generations))
         step("first_difference", [*STEP, "first-difference", *load,
