@@ -5,9 +5,9 @@
 #   1. the embedded target's verification cost curve on the GPU (fp32, as on the CPU);
 #   2. the cost curve and draft-head cost of a random-weight Vicuna-7B-shaped model in bf16 (built
 #      directly on the GPU: no download) with exact verification (runtime/exact.py) where its
-#      self-check passes, the stock forward timed beside it: notebook 06's 7B curve;
+#      self-check passes, the stock forward timed beside it: notebook 06b's 7B curve;
 #   3. EAGLE-3 training throughput at the Vicuna-7B shape (random weights, scripts/gpu_train_throughput.py);
-#   4. the benchmark on the embedded target with the shipped heads (notebook 06, appendix E);
+#   4. the benchmark on the embedded target with the shipped heads (notebook 06b, appendix F);
 #   5. only with REGEN_N set: ShareGPT train conversations with the target's own replies (the
 #      training text of the next CPU round, see below; it takes longer than the rest).
 # Run after `make setup` (.venv) or `make gpu-setup` (the current Python, e.g. on Colab) on a machine

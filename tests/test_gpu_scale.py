@@ -1,7 +1,7 @@
 """The `gpu` scale's code paths (`eagle_mini/course/gpu_scale.py`), run on the CPU with tiny random
 targets of the families a learner brings, saved to a directory as a hub snapshot would be: a
 Llama-3.1-style one (`rope_scaling` llama3, theta 500000) and a Qwen2 one, with SmolLM2's tokenizer.
-Notebook 03's gpu cells call `train_heads` and `head_taus`, notebook 06's `gpu_bench`."""
+Notebook 03's gpu cells call `train_heads` and `head_taus`, notebook 06b's `gpu_bench`."""
 import json
 from pathlib import Path
 
@@ -182,7 +182,7 @@ def notebook_cells(name, ids):
 
 def test_the_notebooks_gpu_cells_run_at_gpu_scale_on_a_tiny_target(target_dir, tmp_path, monkeypatch):
     """Notebook 03's gpu-scale cells, with the run made small after its parameters cell, train both
-    heads over two runs of the cell (the first stops half-way); then notebook 06's appendix E
+    heads over two runs of the cell (the first stops half-way); then notebook 06b's appendix F
     benches them and saves the run where the notebook reads GPU benches."""
     import matplotlib
     matplotlib.use("Agg")
@@ -206,7 +206,7 @@ def test_the_notebooks_gpu_cells_run_at_gpu_scale_on_a_tiny_target(target_dir, t
     exec(run, ns)
     assert set(ns["finished"]) == {"eagle1", "eagle3"}
     assert all(t["tau"] >= 1 for t in ns["taus"].values())
-    params, run = notebook_cells("06_speedups.ipynb", ["gpu-bench-params", "gpu-bench-run"])
+    params, run = notebook_cells("06b_speedups_appendix.ipynb", ["gpu-bench-params", "gpu-bench-run"])
     exec(params, ns)
     ns.update(GPU_PROMPTS=2, GPU_TOKENS=8)
     exec(run, ns)

@@ -223,7 +223,7 @@ def preflight(what: str, need: dict, free: dict | None = None, path=".") -> None
 
 def preflight_scale(scale: CardScale, step: str, path=".", free: dict | None = None) -> None:
     """The checks before a scale's heavy step: "training" (notebook 03: GPU memory, host RAM and
-    the dump's disk) or "bench" (notebook 06: GPU memory and host RAM)."""
+    the dump's disk) or "bench" (notebook 06b: GPU memory and host RAM)."""
     p = plan(scale, device_dtype() if torch.cuda.is_available() else None)
     need = {"GPU memory": p[f"gpu {step}"], "host RAM": p["host"]}
     if step == "training":

@@ -92,10 +92,13 @@ NOTEBOOK_TOPICS = {
                              "masks, greedy verification and the bonus token, cache bookkeeping, "
                              "each checked; equal to vanilla, timed beside it, read against the "
                              "package",
-    "06_speedups": "the lossless speedup of one bench run (bf16, exact mode) on its own cost "
-                   "curve, the bound tau / (c(N)/c(1) + draft) and each method's break-even, "
-                   "prompt lookup beside EAGLE, a speedup explorer, a live bench; optional: the "
-                   "model's gap, GPU projections with their hardware, the papers' claims",
+    "06_speedups": "the lossless speedup of one bench run (bf16, exact mode) against the fastest "
+                   "vanilla of the run, named, and its spread over three runs; its cost curve, "
+                   "the bound tau / (c(N)/c(1) + draft) and each method's break-even, prompt "
+                   "lookup and the hybrid beside EAGLE-2, a speedup explorer, a live bench",
+    "06b_speedups_appendix": "optional: the cost model's gap taken apart, inside the EAGLE runs, "
+                             "fp32 and bf16 without exact mode, GPU projections with their "
+                             "hardware, the papers' claims against ours, the bench on your GPU",
     "07_beyond_eagle1": "EAGLE-2 vs EAGLE-1 side by side, reduced draft vocabulary, batching, "
                         "exporting a head for serving engines",
     "08_eagle3": "EAGLE-3's head: fused low, middle and high features, the training-time test, "
