@@ -46,6 +46,21 @@ def gpu_target() -> str:
     return DEFAULT_GPU_TARGET
 
 
+def check(claim: str, holds) -> None:
+    """Print a checked claim as the learner reads it: "✓ claim" when it holds, "✗ claim" when not.
+    nbval compares these lines with the committed run's (cells tagged `nbval-check-output`), so a
+    claim that stops holding fails CI.
+
+    >>> check("two tokens cost less than two forwards", 1.3 < 2)
+    ✓ two tokens cost less than two forwards
+    """
+    boolean = (type(holds).__name__ in ("bool", "bool_")   # Python's or numpy's
+               or (str(getattr(holds, "dtype", "")) == "torch.bool" and holds.numel() == 1))
+    if not boolean:
+        raise TypeError(f"check({claim!r}, ...) takes whether the claim holds, a bool; got {holds!r}")
+    print(("✓ " if bool(holds) else "✗ ") + claim)
+
+
 def setup_plots():
     """seaborn's clean style, readable sizes; call once at the top of a notebook."""
     import matplotlib.pyplot as plt
