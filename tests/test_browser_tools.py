@@ -35,6 +35,7 @@ def test_a_notebook_uses_widgets_when_its_saved_state_holds_a_slider_or_a_button
     for control in ("IntSliderModel", "SelectionSliderModel", "ButtonModel", "ToggleButtonsModel"):
         assert uses_widgets(saved("LayoutModel", control, "OutputModel"))
     assert not uses_widgets(saved("FloatProgressModel", "HTMLModel", "HBoxModel"))  # tqdm's bar
+    assert not uses_widgets(saved("RadioButtonsModel", "HTMLModel", "VBoxModel"))   # a quiz
     assert not uses_widgets(saved())
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from eagle_mini.course import answers
 from eagle_mini.course.assignments import NOTEBOOKS, numbered_notebooks
-from eagle_mini.course.quiz import WITHHELD, Question, answer_key, digest, quiz
+from eagle_mini.course.quiz import WITHHELD, Question, answer_key, digest, questions, quiz
 from eagle_mini.course.quizzes import QUIZZES
 from eagle_mini.errors import EagleMiniError
 
@@ -23,12 +23,12 @@ def test_every_numbered_notebook_ends_with_its_quiz():
         calls = [c for c in cells if c["cell_type"] == "code" and f'quiz("{key}")' in "".join(c["source"])]
         assert len(calls) == 1, name
         assert calls[0]["outputs"], f"{name}: the quiz cell has not run"
-        assert 3 <= len(QUIZZES[key]) <= 5
+        assert 3 <= len(questions(key)) <= 5
 
 
 def test_each_question_has_one_right_choice_and_a_hint_for_every_other():
-    for questions in QUIZZES.values():
-        for q in questions:
+    for notebook in QUIZZES:
+        for q in questions(notebook):
             right = [k for k, c in enumerate(q.choices) if digest(q.id, c) == q.answer]
             assert right == [answers.QUIZ[q.id][0]], q.id
             assert set(q.hints) == set(range(len(q.choices))) - set(right), q.id
@@ -57,7 +57,7 @@ def test_a_bad_choice_or_question_is_a_clear_error():
 
 def test_without_the_instructors_module_answers_are_still_checked(monkeypatch):
     monkeypatch.setitem(sys.modules, "eagle_mini.course.answers", None)   # a class's repository
-    q = QUIZZES["04"][0]
+    q = questions("04")[0]
     right = next(k for k, c in enumerate(q.choices) if digest(q.id, c) == q.answer)
     assert q.feedback(right) == f"Right. {WITHHELD}"
 
@@ -65,7 +65,7 @@ def test_without_the_instructors_module_answers_are_still_checked(monkeypatch):
 def test_the_widget_gives_feedback_when_a_choice_is_picked():
     box = quiz("05").widget()
     radio, said = box.children[1], box.children[2]
-    q = QUIZZES["05"][0]
+    q = questions("05")[0]
     radio.value = answers.QUIZ[q.id][0]
     assert said.value.startswith("<i>Right.")
 

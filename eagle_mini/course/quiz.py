@@ -97,20 +97,23 @@ class Quiz:
         display(self.widget())
 
 
-def quiz(notebook: str) -> Quiz:
-    """The quiz at the end of a numbered notebook ("00", "05b", ...)."""
+def questions(notebook: str) -> list[Question]:
+    """The questions of a numbered notebook's quiz ("00", "05b", ...)."""
     from eagle_mini.course.quizzes import QUIZZES
     if notebook not in QUIZZES:
         raise EagleMiniError(f"no quiz for notebook {notebook!r}; quizzes: {', '.join(QUIZZES)}")
-    return Quiz(notebook, QUIZZES[notebook])
+    return [Question(*q) for q in QUIZZES[notebook]]
+
+
+def quiz(notebook: str) -> Quiz:
+    """The quiz at the end of a numbered notebook."""
+    return Quiz(notebook, questions(notebook))
 
 
 def answer_key() -> str:
     """INSTRUCTOR.md's quiz answer key, from the questions and `course.answers.QUIZ`."""
     from eagle_mini.course.answers import QUIZ
     from eagle_mini.course.quizzes import QUIZZES
-    out = []
-    for notebook, questions in QUIZZES.items():
-        out.append(f"**{notebook}.** " + "; ".join(
-            f"{q.id}: {q.choices[QUIZ[q.id][0]]}" for q in questions))
-    return "\n\n".join(out)
+    return "\n\n".join(f"**{notebook}.** " + "; ".join(
+        f"Q{k}: {q.choices[QUIZ[q.id][0]]}" for k, q in enumerate(questions(notebook), 1))
+        for notebook in QUIZZES)

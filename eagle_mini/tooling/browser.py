@@ -47,7 +47,9 @@ INSTALL = "apt-get install -y chromium chromium-driver"
 TRACEBACK = "Traceback (most recent call last)"
 WIDGETS = re.compile(r"^\s*(import|from) ipywidgets\b", re.MULTILINE)
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-CONTROL_MODEL = re.compile(r"(Slider|Buttons?)Model$")  # IntSliderModel, ToggleButtonsModel, ...
+# IntSliderModel, ToggleButtonsModel, ...; not a quiz's RadioButtonsModel (`course.quiz`), whose
+# choices are no button this check can press
+CONTROL_MODEL = re.compile(r"(Slider|(?<!Radio)Buttons?)Model$")
 
 # JupyterLab user settings for the run: no autosave, no news or update checks (nothing may leave
 # this machine), and every cell kept in the page so a widget's output can be read wherever it is.
@@ -61,7 +63,8 @@ LAB_SETTINGS = {
 def uses_widgets(notebook: dict) -> bool:
     """Whether a notebook has widgets to use: its code imports ipywidgets, or its saved widget state
     holds a slider or a button (a widget built by a package helper, such as `course.stepper`'s).
-    Progress bars (tqdm's) are neither; markdown and outputs do not count.
+    Progress bars (tqdm's) and a quiz's radio buttons are neither; markdown and outputs do not
+    count.
 
     >>> uses_widgets({"cells": [{"cell_type": "code", "source": ["import ipywidgets as w\\n"]}]})
     True

@@ -75,9 +75,10 @@ NOTEBOOK_TOPICS = {
                                "derived, an explorer (sliders for p and q: alpha, residual, live "
                                "samples of the real rule), a chi-square check that the "
                                "distribution is unchanged, and what breaks it",
-    "02_feature_uncertainty": "why the head reads the *shifted* token: the four-input ablation and "
-                              "the uncertainty measured directly (`experiment uncertainty`)",
-    "03_training_a_draft_head": "the head's parts counted, a live feature dump and training run "
+    "02_feature_uncertainty": "why the head reads the *shifted* token: the four inputs live as "
+                              "linear heads fitted in closed form, the uncertainty measured "
+                              "directly, the trained heads' ablation (`experiment uncertainty`)",
+    "03_training_a_draft_head": "the head's parts counted and drawn, a live feature dump and training run "
                                 "with loss curves, the shipped head compared, a training explorer "
                                 "(each checkpoint's drafts, loss parts and chains along a held-out "
                                 "conversation), the 7B plan with `accelerate launch`",
