@@ -81,7 +81,7 @@ class Quiz:
         rows = []
         for i, q in enumerate(self.questions, 1):
             pick = widgets.RadioButtons(options=[(c, k) for k, c in enumerate(q.choices)], value=None,
-                                        layout=widgets.Layout(width="auto"))
+                                        layout=widgets.Layout(width="90%"))
             said = widgets.HTML("")
 
             def show(change, q=q, said=said):
