@@ -19,7 +19,7 @@ feedback line under it; `Quiz.answer(question_id, choice)` gives the same feedba
 import hashlib
 from dataclasses import dataclass, field
 
-from eagle_mini.course.predictions import WITHHELD
+from eagle_mini.course.predictions import WITHHELD, withheld_table
 from eagle_mini.errors import EagleMiniError
 
 
@@ -31,11 +31,8 @@ def digest(question_id: str, choice: str) -> str:
 def why(question_id: str) -> str:
     """Why a question's right choice is right (`course.answers.QUIZ`, the instructor's side; in a
     class's repository, which leaves it out, `predictions.WITHHELD`)."""
-    try:
-        from eagle_mini.course.answers import QUIZ
-    except ImportError:
-        return WITHHELD
-    return QUIZ.get(question_id, (None, ""))[1]
+    table = withheld_table("QUIZ")
+    return WITHHELD if table is None else table.get(question_id, (None, ""))[1]
 
 
 @dataclass(frozen=True)
